@@ -1,0 +1,3 @@
+"""telesum: summarise streaming telecom telemetry with an LLM on a GPU."""
+
+__version__ = "0.1.0"

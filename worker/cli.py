@@ -1,0 +1,66 @@
+"""The `telesum` command line: each subcommand lives in its own module.
+
+A subcommand module defines `add_arguments(parser)` and `run(args) -> int`; it is imported only
+when its subcommand runs, so `telesum --help` stays fast and needs no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+# subcommand -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "summarize": ("worker.summarize", "summarise a JSON Lines file offline (resumable)"),
+    "worker": ("worker.kafka.service", "run the Kafka worker"),
+    "produce": ("worker.produce", "write sample telemetry to a topic or a file"),
+    "schemas": ("worker.schemas", "export the JSON Schemas of the message types"),
+}
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    "pack": ("worker.benchmarks.pack", "native dispatcher vs a pure-Python FFD"),
+}
+
+
+def _add_module_command(subparsers, name: str, module: str, help_text: str) -> None:
+    parser = subparsers.add_parser(name, help=help_text, description=help_text)
+    mod = importlib.import_module(module)
+    mod.add_arguments(parser)
+    parser.set_defaults(_run=mod.run)
+
+
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="telesum", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    # Only the chosen subcommand's module is imported; the others get a bare parser for --help.
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    for name, (module, help_text) in COMMANDS.items():
+        if name == chosen:
+            _add_module_command(subparsers, name, module, help_text)
+        else:
+            subparsers.add_parser(name, help=help_text)
+    bench = subparsers.add_parser("bench", help="benchmarks")
+    bench_sub = bench.add_subparsers(dest="benchmark", required=True)
+    chosen_bench = argv[argv.index("bench") + 1] if chosen == "bench" and argv.index("bench") + 1 < len(argv) else None
+    for name, (module, help_text) in BENCHMARKS.items():
+        if name == chosen_bench:
+            _add_module_command(bench_sub, name, module, help_text)
+        else:
+            bench_sub.add_parser(name, help=help_text)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    return int(args._run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""Message types: the one source of truth for what crosses Kafka and files (see schemas/).
+
+Input records arrive as JSON or MessagePack; `decode_record` turns raw bytes into a validated
+`TelemetryRecord` or raises `InvalidRecord` with a machine-readable reason code.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+Kind = Literal["ves", "syslog", "pm", "trace", "text"]
+
+
+class TelemetryRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
+    """One piece of telemetry to summarise. `body` is text, or a VES event object for kind 'ves'."""
+
+    id: str
+    kind: Kind
+    body: str | dict[str, Any]
+    source: str = ""
+    timestamp: str | None = None
+    attributes: dict[str, str] = {}
+
+    def body_text(self) -> str:
+        """The body as text: VES objects are rendered as compact JSON."""
+        if isinstance(self.body, str):
+            return self.body
+        return msgspec.json.encode(self.body).decode()
+
+
+class Facts(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Structured facts extracted deterministically from a record (same names for every kind)."""
+
+    entity: str | None = None
+    severity: str | None = None
+    problem: str | None = None
+    first_seen: str | None = None
+    last_seen: str | None = None
+    event_count: int | None = None
+    details: dict[str, str] = {}
+    facts_error: str | None = None
+
+
+class Timings(msgspec.Struct, frozen=True):
+    """Seconds spent per phase for one record."""
+
+    queued_s: float = 0.0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    total_s: float = 0.0
+
+
+class Summary(msgspec.Struct, frozen=True):
+    """The answer for one input record."""
+
+    id: str
+    summary: str
+    model: str
+    prompt_tokens: int
+    output_tokens: int
+    key: str | None = None
+    hierarchical: bool = False
+    chunks: int = 1
+    facts: Facts = Facts()
+    timings: Timings = Timings()
+
+
+class DeadLetter(msgspec.Struct, frozen=True):
+    """A record that could not be summarised, with why. `original` holds the raw bytes."""
+
+    reason: str  # machine-readable code, e.g. "invalid_json"
+    message: str  # for a human
+    original: bytes
+    topic: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+    key: str | None = None
+
+
+class InvalidRecord(ValueError):
+    """Raised by `decode_record`; `reason` is a stable code for the dead letter."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
+        self.message = message
+
+
+_json_decoder = msgspec.json.Decoder(TelemetryRecord)
+_msgpack_decoder = msgspec.msgpack.Decoder(TelemetryRecord)
+
+MSGPACK_CONTENT_TYPES = ("application/msgpack", "application/x-msgpack", "application/vnd.msgpack")
+
+
+def decode_record(raw: bytes, content_type: str | None = None) -> TelemetryRecord:
+    """Decode and validate one record. Raises InvalidRecord naming the problem."""
+    if raw is None or len(raw) == 0:
+        raise InvalidRecord("empty_record", "the record has no bytes")
+    is_msgpack = content_type is not None and content_type.lower() in MSGPACK_CONTENT_TYPES
+    try:
+        record = _msgpack_decoder.decode(raw) if is_msgpack else _json_decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise InvalidRecord("invalid_field", str(exc)) from exc
+    except msgspec.DecodeError as exc:
+        code = "invalid_msgpack" if is_msgpack else "invalid_json"
+        if not is_msgpack:
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                code = "invalid_utf8"
+        raise InvalidRecord(code, str(exc)) from exc
+    if not record.id.strip():
+        raise InvalidRecord("invalid_field", "`id` is empty")
+    if not record.body_text().strip() or record.body in ({},):
+        raise InvalidRecord("empty_body", f"record {record.id!r} has an empty body")
+    return record
+
+
+def encode_json(obj: msgspec.Struct) -> bytes:
+    return msgspec.json.encode(obj)
