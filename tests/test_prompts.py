@@ -1,0 +1,152 @@
+"""Prompts: grounded in the facts, repeats collapsed with counts, trimming always visible."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from worker.messages import Facts, TelemetryRecord
+from worker.prompts import (
+    approx_tokens,
+    build_chunk_messages,
+    build_merge_messages,
+    build_messages,
+    compress_repeats,
+    render_body,
+    split_into_chunks,
+    trim_to_tokens,
+)
+
+FACTS = Facts(
+    entity="gnb-0042",
+    severity="major",
+    problem="S1 link down",
+    first_seen="2026-11-29T10:00:00Z",
+    last_seen="2026-11-29T10:05:00Z",
+    event_count=31,
+    details={"app": "s1ap"},
+)
+
+
+def _record(body, kind="syslog"):
+    return TelemetryRecord(id="r1", kind=kind, body=body, source="site-7")
+
+
+def _name(i: int) -> str:
+    """A distinct letters-only word per i (digits would be masked as repeats)."""
+    return "".join(chr(97 + int(d)) for d in str(i))
+
+
+def _user(messages):
+    assert [m["role"] for m in messages] == ["system", "user"]
+    return messages[1]["content"]
+
+
+def test_compress_repeats_lines_differing_in_digits_and_times_collapse_with_count():
+    lines = [f"2026-11-29T10:00:{i:02d}.{i}Z gnb-1 rrc[{100 + i}]: retry {i} failed" for i in range(30)]
+    text = "\n".join([lines[0], "link down on gnb-1", *lines[1:], "link down on gnb-1"])
+    out = compress_repeats(text).splitlines()
+    assert out == [f"{lines[0]}  [repeated 30 times]", "link down on gnb-1  [repeated 2 times]"]
+
+
+def test_compress_repeats_distinct_lines_kept_in_order_blank_lines_dropped():
+    text = "alpha one\n\nbeta two\ngamma three\n"
+    assert compress_repeats(text) == "alpha one\nbeta two\ngamma three"
+
+
+def test_build_messages_facts_and_body_in_user_message():
+    body = "\n".join(["<187>1 2026-11-29T10:00:00Z gnb-0042 s1ap - LINK - S1 link down"] * 31)
+    user = _user(build_messages(_record(body), FACTS))
+    for value in ("gnb-0042", "S1 link down", "major", "2026-11-29T10:00:00Z", "2026-11-29T10:05:00Z",
+                  "31", "app: s1ap", "site-7"):
+        assert value in user
+    assert "[repeated 31 times]" in user
+    assert user.count("S1 link down") == 2  # once in the facts, once in the collapsed body
+
+
+def test_build_messages_system_prompt_asks_for_element_problem_severity_time():
+    system = build_messages(_record("x"), FACTS)[0]["content"].lower()
+    for word in ("element", "problem", "severity", "when", "one or two"):
+        assert word in system
+
+
+def test_build_messages_body_over_limit_marks_omitted_lines():
+    body = "\n".join(f"event {_name(i)} cell {i}" for i in range(400))
+    user = _user(build_messages(_record(body, kind="text"), Facts(), body_token_limit=300))
+    match = re.search(r"\[\.\.\. (\d+) lines omitted \.\.\.\]", user)
+    assert match is not None
+    kept = [line for line in user.splitlines() if line.startswith("event ")]
+    assert len(kept) + int(match.group(1)) == 400
+    assert "event a cell 0" in user and "event djj cell 399" in user  # head and tail both kept
+
+
+def test_build_messages_custom_token_counter_drives_trimming():
+    body = "\n".join(f"w{_name(i)} w w w w" for i in range(100))  # 5 words a line
+    words = lambda text: len(text.split())  # noqa: E731
+    user = _user(build_messages(_record(body, kind="text"), Facts(), 60, count_tokens=words))
+    kept = [line for line in user.splitlines() if line.startswith("w")]
+    assert 0 < sum(words(line) for line in kept) <= 60
+    assert "lines omitted" in user
+
+
+def test_build_messages_body_under_limit_untrimmed():
+    user = _user(build_messages(_record("one line only"), FACTS, body_token_limit=1000))
+    assert "omitted" not in user and "one line only" in user
+
+
+def test_trim_to_tokens_single_huge_line_marks_omitted_characters():
+    out = trim_to_tokens("x" * 10_000, 100)
+    assert re.search(r"\[\.\.\. \d+ characters omitted \.\.\.\]", out)
+    assert approx_tokens(out) <= 100
+
+
+def test_trim_to_tokens_zero_limit_raises():
+    with pytest.raises(ValueError, match="token_limit"):
+        trim_to_tokens("abc", 0)
+
+
+def test_build_messages_malformed_facts_note_included():
+    user = _user(build_messages(_record("{}", kind="ves"), Facts(facts_error="missing commonEventHeader")))
+    assert "missing commonEventHeader" in user
+
+
+def test_render_body_ves_object_flattened_to_path_lines():
+    body = {"event": {"commonEventHeader": {"sourceName": "du-3", "priority": "High"},
+                      "faultFields": {"alarmAdditionalInformation": [{"name": "a", "value": "b"}]}}}
+    assert render_body(_record(body, kind="ves")).splitlines() == [
+        "event.commonEventHeader.sourceName: du-3",
+        "event.commonEventHeader.priority: High",
+        "event.faultFields.alarmAdditionalInformation[0].name: a",
+        "event.faultFields.alarmAdditionalInformation[0].value: b",
+    ]
+
+
+def test_build_chunk_messages_names_part_and_total():
+    user = _user(build_chunk_messages(_record("big log"), "line a\nline a\nline b", 2, 5))
+    assert "Part 2 of 5" in user and "line a  [repeated 2 times]" in user and "line b" in user
+
+
+@pytest.mark.parametrize("index", [0, 6])
+def test_build_chunk_messages_index_out_of_range_raises(index):
+    with pytest.raises(ValueError, match="1-based"):
+        build_chunk_messages(_record("x"), "y", index, 5)
+
+
+def test_build_merge_messages_lists_summaries_in_order_with_facts():
+    user = _user(build_merge_messages(_record("x"), FACTS, ["first part.", "second part."]))
+    assert user.index("1. first part.") < user.index("2. second part.")
+    assert "gnb-0042" in user and "S1 link down" in user
+
+
+def test_build_merge_messages_empty_raises():
+    with pytest.raises(ValueError, match="at least one"):
+        build_merge_messages(_record("x"), FACTS, [])
+
+
+def test_split_into_chunks_respects_limit_and_keeps_all_text():
+    text = "\n".join(f"line {i} " + "z" * (i % 50) for i in range(300)) + "\n" + "q" * 5000
+    chunks = split_into_chunks(text, 200)
+    assert len(chunks) > 1
+    assert all(approx_tokens(c) <= 200 + 2 for c in chunks)
+    assert "".join("".join(c.split("\n")) for c in chunks) == "".join(text.split("\n"))
