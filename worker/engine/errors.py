@@ -1,0 +1,6 @@
+"""Engine exceptions, one per line."""
+
+
+class EngineClosed(RuntimeError): """The engine stopped before this request finished (close without drain)."""
+class ArenaTooSmall(RuntimeError): """A bin or a long sequence needs more KV rows than the whole arena holds."""
+class ContextTooLong(ValueError): """A prompt plus its new tokens exceeds the model's context length."""

@@ -1,0 +1,217 @@
+"""Scheduler: decides what the next engine step does. Never touches tensors.
+
+Priority per step: prefill the oldest waiting bin when all its slabs fit (new work joins the
+decode batch early); else one chunk of a long input, alternating with decode steps so active
+sequences keep moving; else one decode step over every active sequence.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from worker.engine.errors import ArenaTooSmall
+from worker.engine.kv_arena import SlabAllocator
+from worker.engine.sequence import Sequence, SequenceStatus
+
+
+@dataclass
+class PrefillBin:
+    """Prefill a whole packed bin in one pass. `bin` is opaque here (the engine's device bin)."""
+
+    bin: Any
+    seqs: list[Sequence]
+
+
+@dataclass
+class PrefillChunk:
+    """Prefill prompt[start:end] of one long sequence, attending to the rows already on its slab."""
+
+    seq: Sequence
+    start: int
+    end: int
+
+    @property
+    def is_last(self) -> bool:
+        return self.end == self.seq.prompt_len
+
+
+@dataclass
+class Decode:
+    """One decode step: every active sequence advances one token."""
+
+    seqs: list[Sequence]
+
+
+@dataclass
+class Fail:
+    """Sequences that can never run (e.g. larger than the whole arena)."""
+
+    seqs: list[Sequence]
+    error: BaseException
+
+
+Plan = PrefillBin | PrefillChunk | Decode | Fail
+
+
+class Scheduler:
+    """Queues of waiting bins, long inputs and active sequences; owns slab admission. Engine thread only."""
+
+    def __init__(self, slabs: SlabAllocator, *, eos_ids: tuple[int, ...], chunk_tokens: int,
+                 detokenize: Callable[[list[int]], str] | None = None) -> None:
+        if chunk_tokens < 1:
+            raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
+        self.slabs = slabs
+        self.eos_ids = frozenset(eos_ids)
+        self.chunk_tokens = chunk_tokens
+        self.detokenize = detokenize
+        self.waiting_bins: deque[PrefillBin] = deque()
+        self.waiting_long: deque[Sequence] = deque()
+        self.prefilling: Sequence | None = None  # the long input being chunk-prefilled
+        self.running: list[Sequence] = []
+        self._last_was_chunk = False
+
+    # -- intake -----------------------------------------------------------------------------
+    def add_bin(self, bin: Any, seqs: list[Sequence]) -> None:
+        """Queue a packed bin for prefill (admitted when all its slabs fit)."""
+        self.waiting_bins.append(PrefillBin(bin, seqs))
+
+    def add_long(self, seq: Sequence) -> None:
+        """Queue a sequence for the chunked-prefill lane."""
+        self.waiting_long.append(seq)
+
+    @property
+    def has_decode_work(self) -> bool:
+        return bool(self.running) or self.prefilling is not None
+
+    @property
+    def is_idle(self) -> bool:
+        return not (self.waiting_bins or self.waiting_long or self.running or self.prefilling)
+
+    @property
+    def is_holding_bin(self) -> bool:
+        """A bin waits for slabs: take no further bins until it is admitted."""
+        return bool(self.waiting_bins)
+
+    # -- decisions --------------------------------------------------------------------------
+    def schedule(self) -> Plan | None:
+        """The next step's work, with slabs allocated for anything it admits; None when idle."""
+        plan = self._admit_bin() or self._admit_long()
+        if plan is not None:
+            return plan
+        if self.prefilling is not None and not (self._last_was_chunk and self.running):
+            self._last_was_chunk = True
+            seq = self.prefilling
+            return PrefillChunk(seq, seq.num_prefilled,
+                                min(seq.num_prefilled + self.chunk_tokens, seq.prompt_len))
+        self._last_was_chunk = False
+        return Decode(list(self.running)) if self.running else None
+
+    def _admit_bin(self) -> Plan | None:
+        if not self.waiting_bins:
+            return None
+        work = self.waiting_bins[0]
+        sizes = [s.slab_rows for s in work.seqs]
+        starts = self.slabs.allocate_all(sizes)
+        if starts is None:
+            if self.slabs.num_used_rows == 0:
+                self.waiting_bins.popleft()
+                return Fail(work.seqs, ArenaTooSmall(
+                    f"a bin needs {sum(sizes)} KV rows but the arena holds {self.slabs.capacity}"))
+            return None
+        self.waiting_bins.popleft()
+        now = time.perf_counter()
+        for seq, start in zip(work.seqs, starts):
+            seq.slab_start = start
+            seq.prefill_started_at = now
+        return work
+
+    def _admit_long(self) -> Fail | None:
+        if self.prefilling is not None or not self.waiting_long:
+            return None
+        seq = self.waiting_long[0]
+        start = self.slabs.allocate(seq.slab_rows)
+        if start is None:
+            if self.slabs.num_used_rows == 0:
+                self.waiting_long.popleft()
+                return Fail([seq], ArenaTooSmall(
+                    f"a sequence needs {seq.slab_rows} KV rows but the arena holds {self.slabs.capacity}"))
+            return None
+        self.waiting_long.popleft()
+        seq.slab_start = start
+        seq.prefill_started_at = time.perf_counter()
+        seq.status = SequenceStatus.PREFILLING
+        self.prefilling = seq
+        return None
+
+    # -- results ----------------------------------------------------------------------------
+    def postprocess(self, plan: Plan, tokens: list[int]) -> list[Sequence]:
+        """Apply one step's sampled tokens (one per sequence that produced logits); return finished ones."""
+        now = time.perf_counter()
+        if isinstance(plan, PrefillChunk):
+            seq = plan.seq
+            seq.num_prefilled = plan.end
+            if not plan.is_last:
+                return []
+            self.prefilling = None
+            seqs = [seq]
+        else:
+            seqs = plan.seqs
+        if isinstance(plan, PrefillBin):
+            for seq in seqs:
+                seq.num_prefilled = seq.prompt_len
+        finished = []
+        for seq, token in zip(seqs, tokens, strict=True):
+            if not seq.output:
+                seq.first_token_at = now
+            if self._append(seq, token):
+                self._finish(seq, now)
+                finished.append(seq)
+            elif seq.status is not SequenceStatus.DECODING:
+                seq.status = SequenceStatus.DECODING
+                self.running.append(seq)
+        if finished and isinstance(plan, Decode):
+            self.running = [s for s in self.running if not s.is_done]
+        return finished
+
+    def _append(self, seq: Sequence, token: int) -> bool:
+        """Add one token; True when the sequence is finished."""
+        if token in self.eos_ids:
+            seq.finish_reason = "eos"
+            return True
+        seq.output.append(token)
+        if seq.params.stop and self.detokenize is not None:
+            text = self.detokenize(seq.output)
+            cut = min((i for i in (text.find(s) for s in seq.params.stop) if i >= 0), default=-1)
+            if cut >= 0:
+                seq.text = text[:cut]
+                seq.finish_reason = "stop"
+                return True
+        if len(seq.output) >= seq.params.max_new_tokens:
+            seq.finish_reason = "length"
+            return True
+        return False
+
+    def _finish(self, seq: Sequence, now: float) -> None:
+        seq.status = SequenceStatus.FINISHED
+        seq.finished_at = now
+        self._free(seq)
+
+    def fail(self, seqs: list[Sequence], error: BaseException) -> None:
+        """Mark sequences failed and give back their slabs; they leave every queue."""
+        for seq in seqs:
+            seq.status = SequenceStatus.FAILED
+            seq.error = error
+            seq.finished_at = time.perf_counter()
+            self._free(seq)
+            if self.prefilling is seq:
+                self.prefilling = None
+        self.running = [s for s in self.running if not s.is_done]
+
+    def _free(self, seq: Sequence) -> None:
+        if seq.slab_start >= 0:
+            self.slabs.free(seq.slab_start)
+            seq.slab_start = -1
