@@ -1,0 +1,85 @@
+"""Shared vocabulary of the fact extractors: one severity scale, one time format, one fallback."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from datetime import datetime, timezone
+
+import msgspec
+
+from worker.messages import Facts
+
+# Every extractor reports severity on this scale, worst first (X.733 names; syslog mapped onto it).
+SEVERITIES = ("critical", "major", "minor", "warning", "info")
+SEVERITY_RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
+
+MAX_PROBLEM_CHARS = 160
+
+
+def worst_severity(severities) -> str | None:
+    """The worst of the given scale names (None when there are none)."""
+    known = [s for s in severities if s in SEVERITY_RANK]
+    return min(known, key=SEVERITY_RANK.__getitem__) if known else None
+
+
+def iso_utc(dt: datetime) -> str:
+    """`YYYY-MM-DDTHH:MM:SSZ` in UTC (naive datetimes are taken as UTC)."""
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_iso(text: str) -> datetime | None:
+    """An ISO 8601 time (with `Z`, an offset or none, any fraction), or None when it is not one."""
+    text = text.strip()
+    if text.endswith("Z") or text.endswith("z"):
+        text = text[:-1] + "+00:00"
+    text = re.sub(r"(\.\d{6})\d+", r"\1", text)  # fromisoformat takes at most microseconds
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def epoch_micros_to_iso(value) -> str | None:
+    """VES `*EpochMicrosec` (int, float or numeric string) to ISO UTC; None when unusable."""
+    try:
+        micros = float(value)
+    except (TypeError, ValueError):
+        return None
+    if not 0 < micros < 4e15:  # beyond year 2096: not microseconds
+        return None
+    return iso_utc(datetime.fromtimestamp(micros / 1e6, tz=timezone.utc))
+
+
+ISO_TIME = re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?")
+
+
+def time_span(texts) -> tuple[str | None, str | None]:
+    """First and last ISO time found in the given strings, as ISO UTC."""
+    times = [t for t in (parse_iso(m.replace(",", ".")) for s in texts for m in ISO_TIME.findall(s)) if t]
+    times = [t if t.tzinfo else t.replace(tzinfo=timezone.utc) for t in times]
+    if not times:
+        return None, None
+    return iso_utc(min(times)), iso_utc(max(times))
+
+
+def most_common(values) -> str | None:
+    """The most frequent value, the earliest seen on ties; None for no values."""
+    counts = Counter(v for v in values if v)
+    if not counts:
+        return None
+    top = max(counts.values())
+    return next(v for v in counts if counts[v] == top)
+
+
+def clip(text: str, limit: int = MAX_PROBLEM_CHARS) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+
+
+def with_error(facts: Facts, error: str) -> Facts:
+    """The same facts with `error` added to facts_error (joined with '; ')."""
+    joined = f"{facts.facts_error}; {error}" if facts.facts_error else error
+    return msgspec.structs.replace(facts, facts_error=joined)

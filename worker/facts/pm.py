@@ -1,0 +1,147 @@
+"""Facts from a 3GPP TS 32.435 PM XML file: element, counters, derived success rates, period."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+
+from worker.facts.common import iso_utc, parse_iso
+from worker.messages import Facts
+
+# Guard before parsing: bigger than any sane single PM file, and no DTDs (entity expansion).
+MAX_XML_CHARS = 16 * 1024 * 1024
+MAX_COUNTER_DETAILS = 12
+
+# (name, attempts counter prefix, successes counter prefix, minor below %, major below %)
+RATIOS = (
+    ("RRC setup success rate", "RRC.ConnEstabAtt", "RRC.ConnEstabSucc", 98.0, 90.0),
+    ("E-RAB setup success rate", "ERAB.EstabInitAttNbr", "ERAB.EstabInitSuccNbr", 98.0, 90.0),
+    ("DRB setup success rate", "DRB.EstabAtt", "DRB.EstabSucc", 98.0, 90.0),
+    ("handover success rate", "HO.ExeAtt", "HO.ExeSucc", 95.0, 85.0),
+)
+
+
+class PmError(ValueError):
+    """The body is not a parseable 32.435 measCollecFile."""
+
+
+def _local(tag: str) -> str:
+    return tag.rsplit("}", 1)[-1]
+
+
+def _children(node: ET.Element, name: str) -> list[ET.Element]:
+    return [c for c in node if _local(c.tag) == name]
+
+
+def _first(node: ET.Element, name: str) -> ET.Element | None:
+    return next((c for c in node.iter() if _local(c.tag) == name), None)
+
+
+def _short_dn(dn: str) -> str:
+    """`ManagedElement=gNB-0042` -> `gNB-0042`; the last RDN's value of a DN."""
+    return dn.rsplit(",", 1)[-1].split("=", 1)[-1] if dn else dn
+
+
+def _last_rdn(dn: str) -> str:
+    """`ManagedElement=gNB-0042,NRCellDU=3` -> `NRCellDU=3` (the whole element when empty)."""
+    return dn.rsplit(",", 1)[-1] if dn else "the element"
+
+
+def _sum_counter(values: dict[str, float], prefix: str) -> float | None:
+    """`prefix.Sum` when reported, else the sum of every `prefix` / `prefix.*` counter."""
+    if f"{prefix}.Sum" in values:
+        return values[f"{prefix}.Sum"]
+    found = [v for k, v in values.items() if k == prefix or k.startswith(prefix + ".")]
+    return sum(found) if found else None
+
+
+def _period_seconds(duration: str | None) -> int | None:
+    m = re.fullmatch(r"PT(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?", duration or "")
+    if not m or not any(m.groups()):
+        return None
+    h, mi, s = (int(g or 0) for g in m.groups())
+    return h * 3600 + mi * 60 + s
+
+
+def parse(text: str) -> Facts:
+    """Facts from one measCollecFile. Raises PmError when it cannot be parsed."""
+    if len(text) > MAX_XML_CHARS:
+        raise PmError(f"PM XML of {len(text)} characters is over the {MAX_XML_CHARS} limit")
+    if "<!DOCTYPE" in text or "<!ENTITY" in text:
+        raise PmError("PM XML with a DTD is refused (entity expansion)")
+    try:
+        root = ET.fromstring(text.lstrip("\ufeff").strip())
+    except ET.ParseError as exc:
+        raise PmError(f"PM XML does not parse: {exc}") from exc
+    if _local(root.tag) != "measCollecFile":
+        raise PmError(f"root element is <{_local(root.tag)}>, not <measCollecFile>")
+    element = _first(root, "managedElement")
+    entity = None
+    if element is not None:
+        entity = element.get("userLabel") or _short_dn(element.get("localDn", ""))
+    sender = _first(root, "fileSender")
+    if not entity and sender is not None:
+        entity = _short_dn(sender.get("localDn", "")) or None
+    begin = _first(root, "measCollec")
+    first_seen = _iso(begin.get("beginTime")) if begin is not None else None
+    # per measured object: counter name -> value
+    per_object: dict[str, dict[str, float]] = defaultdict(dict)
+    totals: dict[str, float] = defaultdict(float)
+    period, last_seen, suspects = None, None, 0
+    for info in (n for n in root.iter() if _local(n.tag) == "measInfo"):
+        gran = next(iter(_children(info, "granPeriod")), None)
+        if gran is not None:
+            period = period or _period_seconds(gran.get("duration"))
+            last_seen = max(filter(None, [last_seen, _iso(gran.get("endTime"))]), default=None)
+        names = {t.get("p"): (t.text or "").strip() for t in _children(info, "measType")}
+        types_list = next(iter(_children(info, "measTypes")), None)  # 32.435 also allows one list
+        if types_list is not None and types_list.text:
+            names.update({str(i): n for i, n in enumerate(types_list.text.split(), start=1)})
+        for value in _children(info, "measValue"):
+            obj = value.get("measObjLdn", "")
+            suspects += any((s.text or "").strip() == "true" for s in _children(value, "suspect"))
+            for r in _children(value, "r"):
+                name = names.get(r.get("p"))
+                try:
+                    number = float((r.text or "").strip())
+                except ValueError:
+                    continue  # "NIL" or empty: a counter not reported this period
+                if name:
+                    per_object[obj][name] = number
+                    totals[name] += number
+    if not totals:
+        raise PmError("measCollecFile holds no numeric counter values")
+    details: dict[str, str] = {}
+    if period:
+        details["granularityPeriod"] = f"{period} s"
+    details["measuredObjects"] = str(len(per_object))
+    findings: list[tuple[int, str]] = []  # (0 major / 1 minor, text)
+    for label, att, succ, minor_below, major_below in RATIOS:
+        total_att, total_succ = _sum_counter(totals, att), _sum_counter(totals, succ)
+        if not total_att:
+            continue
+        details[label] = f"{100.0 * (total_succ or 0) / total_att:.1f}%"
+        rates = [(100.0 * (_sum_counter(c, succ) or 0) / a, obj) for obj, c in per_object.items()
+                 if (a := _sum_counter(c, att))]
+        worst_rate, worst_obj = min(rates)
+        if worst_rate < minor_below:
+            findings.append((0 if worst_rate < major_below else 1,
+                             f"low {label} {worst_rate:.1f}% on {_last_rdn(worst_obj)}"))
+    for name in list(totals)[:MAX_COUNTER_DETAILS]:
+        details[name] = f"{totals[name]:g}"
+    if suspects:
+        details["suspectObjects"] = str(suspects)
+    if findings:
+        findings.sort(key=lambda f: f[0])
+        severity = "major" if findings[0][0] == 0 else "minor"
+        problem = "; ".join(text for level, text in findings if level == findings[0][0])
+    else:
+        severity, problem = "info", "KPIs within normal range"
+    return Facts(entity=entity, severity=severity, problem=problem, first_seen=first_seen,
+                 last_seen=last_seen or first_seen, event_count=len(per_object), details=details)
+
+
+def _iso(value: str | None) -> str | None:
+    when = parse_iso(value) if value else None
+    return iso_utc(when) if when else None
