@@ -91,7 +91,7 @@ class KVArena:
     """Owns the per-layer K/V tapes and the slab allocator over their rows. Engine thread only."""
 
     def __init__(self, cfg, capacity_rows: int, *, dtype, device) -> None:
-        from worker.model import KVCache
+        from worker.model.kv_cache import KVCache
 
         self.cache = KVCache.allocate(cfg, capacity_rows, dtype, device)
         self.slabs = SlabAllocator(capacity_rows)

@@ -1,0 +1,138 @@
+"""Engine: packed == solo == no-cache reference; continuous batching; chunked prefill; failures."""
+
+import pytest
+import torch
+
+from worker.engine.errors import ArenaTooSmall, ContextTooLong
+from worker.engine.sequence import SamplingParams, SequenceStatus
+
+from .helpers import generate, make_engine, random_prompts, reference_greedy, run_until_done
+
+
+def test_engine_packed_bins_match_solo_and_reference(tiny_model):
+    prompts = random_prompts(6, 3, 30, seed=1)
+    packed = generate(tiny_model, prompts, max_new=6, token_budget=64)
+    regrouped = generate(tiny_model, prompts[::-1], max_new=6, token_budget=40, alignment=1)[::-1]
+    solo = [generate(tiny_model, [p], max_new=6)[0] for p in prompts]
+    reference = [reference_greedy(tiny_model, p, 6) for p in prompts]
+    assert solo == reference
+    assert packed == reference
+    assert regrouped == reference
+
+
+def test_engine_bins_hold_several_sequences(tiny_model):
+    engine = make_engine(tiny_model, token_budget=64)
+    seqs = [engine.add(p, SamplingParams(max_new_tokens=2)) for p in random_prompts(5, 3, 12, seed=2)]
+    run_until_done(engine, seqs)
+    assert max(len(b) for b in engine.dispatcher.bins_emitted) >= 3
+
+
+def test_engine_sequences_join_and_leave_mid_stream_match_solo(tiny_model):
+    prompts = random_prompts(5, 4, 20, seed=3)
+    max_new = [3, 9, 5, 7, 2]
+    engine = make_engine(tiny_model, token_budget=32)
+    first = [engine.add(p, SamplingParams(max_new_tokens=n)) for p, n in zip(prompts[:2], max_new[:2])]
+    for _ in range(4):
+        engine.step()
+    assert any(s.output for s in first) and not all(s.is_done for s in first)
+    later = [engine.add(p, SamplingParams(max_new_tokens=n)) for p, n in zip(prompts[2:], max_new[2:])]
+    decode_batches = []
+    original_decode = engine.runner.decode
+    engine.runner.decode = lambda ids, pos, starts: (decode_batches.append(len(ids)), original_decode(ids, pos, starts))[1]
+    run_until_done(engine, first + later)
+    assert len(set(decode_batches)) > 1  # the decode batch grew and shrank
+    for seq, p, n in zip(first + later, prompts, max_new):
+        assert seq.output == reference_greedy(tiny_model, p, n)
+        assert seq.finish_reason == "length"
+    assert engine.scheduler.slabs.num_used_rows == 0
+
+
+def test_engine_chunked_prefill_matches_one_shot(tiny_model):
+    prompts = [random_prompts(1, 150, 150, seed=4)[0], random_prompts(1, 90, 90, seed=5)[0]]
+    one_shot = generate(tiny_model, prompts, max_new=5, token_budget=256)
+    chunked_engine = make_engine(tiny_model, token_budget=32)  # both go to the long-input lane
+    seqs = [chunked_engine.add(p, SamplingParams(max_new_tokens=5)) for p in prompts]
+    short = chunked_engine.add(random_prompts(1, 5, 5, seed=6)[0], SamplingParams(max_new_tokens=12))
+    run_until_done(chunked_engine, seqs + [short])
+    assert [s.output for s in seqs] == one_shot
+    assert short.output == reference_greedy(tiny_model, short.prompt, 12)
+
+
+def test_engine_eos_ends_sequence_without_emitting_it(tiny_model):
+    prompt = random_prompts(1, 10, 10, seed=7)[0]
+    full = reference_greedy(tiny_model, prompt, 8)
+    eos = full[3]
+    engine = make_engine(tiny_model, eos_ids=(eos,))
+    seq = engine.add(prompt, SamplingParams(max_new_tokens=8))
+    run_until_done(engine, [seq])
+    assert seq.output == full[:full.index(eos)]
+    assert seq.finish_reason == "eos"
+
+
+def test_engine_stop_string_cuts_text(tiny_model):
+    prompt = random_prompts(1, 10, 10, seed=8)[0]
+    full = reference_greedy(tiny_model, prompt, 8)
+    detok = lambda ids: "".join(f"<{i}>" for i in ids)  # noqa: E731
+    engine = make_engine(tiny_model, detokenize=detok)
+    seq = engine.add(prompt, SamplingParams(max_new_tokens=8, stop=(f"<{full[4]}>",)))
+    run_until_done(engine, [seq])
+    assert seq.finish_reason == "stop"
+    assert seq.text == detok(full[:full.index(full[4])])
+
+
+def test_engine_sampling_is_seeded_and_top_p_tiny_is_greedy(tiny_model):
+    prompt = random_prompts(1, 10, 10, seed=9)[0]
+    runs = []
+    for _ in range(2):
+        engine = make_engine(tiny_model, seed=123)
+        seq = engine.add(prompt, SamplingParams(max_new_tokens=10, temperature=1.5))
+        run_until_done(engine, [seq])
+        runs.append(seq.output)
+    assert runs[0] == runs[1]
+    assert runs[0] != reference_greedy(tiny_model, prompt, 10)  # temperature 1.5 over 10 tokens
+    engine = make_engine(tiny_model, seed=5)
+    seq = engine.add(prompt, SamplingParams(max_new_tokens=10, temperature=1.0, top_p=1e-6))
+    run_until_done(engine, [seq])
+    assert seq.output == reference_greedy(tiny_model, prompt, 10)
+
+
+def test_engine_bin_larger_than_arena_fails_with_arena_too_small(tiny_model):
+    engine = make_engine(tiny_model, capacity=40)
+    seq = engine.add(random_prompts(1, 30, 30, seed=10)[0], SamplingParams(max_new_tokens=20))
+    run_until_done(engine, [seq])
+    assert seq.status is SequenceStatus.FAILED and isinstance(seq.error, ArenaTooSmall)
+    ok = engine.add(random_prompts(1, 10, 10, seed=11)[0], SamplingParams(max_new_tokens=4))
+    run_until_done(engine, [ok])
+    assert ok.status is SequenceStatus.FINISHED
+
+
+def test_engine_full_arena_holds_bin_until_slabs_free(tiny_model):
+    engine = make_engine(tiny_model, capacity=60, token_budget=32)
+    prompts = random_prompts(3, 12, 12, seed=12)
+    seqs = [engine.add(p, SamplingParams(max_new_tokens=8)) for p in prompts]  # 20 rows each
+    peak = 0
+    while not all(s.is_done for s in seqs):
+        engine.step()
+        peak = max(peak, engine.scheduler.slabs.num_used_rows)
+    assert peak <= 60
+    assert [s.output for s in seqs] == [reference_greedy(tiny_model, p, 8) for p in prompts]
+
+
+def test_engine_prompt_beyond_context_raises(tiny_model):
+    engine = make_engine(tiny_model)
+    with pytest.raises(ContextTooLong, match="context"):
+        engine.add([5] * 510, SamplingParams(max_new_tokens=8))
+
+
+def test_engine_model_error_fails_only_that_step(tiny_model):
+    engine = make_engine(tiny_model)
+    bad = engine.add([5, 6, 7], SamplingParams(max_new_tokens=4))
+    original = engine.runner.prefill_bin
+    engine.runner.prefill_bin = lambda *a: (_ for _ in ()).throw(RuntimeError("boom"))
+    run_until_done(engine, [bad])
+    assert isinstance(bad.error, RuntimeError)
+    engine.runner.prefill_bin = original
+    good = engine.add([5, 6, 7], SamplingParams(max_new_tokens=4))
+    run_until_done(engine, [good])
+    assert good.output == reference_greedy(tiny_model, [5, 6, 7], 4)
+    assert engine.scheduler.slabs.num_used_rows == 0

@@ -1,0 +1,194 @@
+"""The engine step: take work, schedule, run, sample, post-process. Driven by one thread (the GPU loop).
+
+Sequences reach the engine through `add` (any thread): prompts that fit one bin go to the
+dispatcher, longer ones to the long-input lane (chunked prefill). Finished or failed sequences
+come out of `finished`. An exception while running a step fails only that step's sequences.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from worker.dispatch import DispatcherClosed, SequenceTooLong
+from worker.engine.errors import ContextTooLong, EngineClosed
+from worker.engine.kv_arena import SlabAllocator
+from worker.engine.runner import ModelRunner
+from worker.engine.sampling import SamplingBatch
+from worker.engine.scheduler import Decode, Fail, Plan, PrefillBin, PrefillChunk, Scheduler
+from worker.engine.sequence import SamplingParams, Sequence
+
+log = logging.getLogger(__name__)
+
+# Waiting for a bin while sequences are decoding delays every one of them, so only peek;
+# when idle, block a while (the wait releases the GIL) but wake often enough to see long inputs.
+BUSY_TIMEOUT_S = 0.0
+IDLE_TIMEOUT_S = 0.02
+
+
+@dataclass
+class _BinWork:
+    device_bin: Any      # the dispatcher's DeviceBin
+    max_seqlen_q: int    # longest span (with alignment pads)
+    max_seqlen_k: int    # longest real sequence
+
+
+class Engine:
+    """Continuous-batching generation over packed bins and a KV slab arena."""
+
+    def __init__(self, runner: ModelRunner, dispatcher, slabs: SlabAllocator, *,
+                 eos_ids: tuple[int, ...], max_context: int, chunk_tokens: int | None = None,
+                 detokenize=None, seed: int = 0) -> None:
+        self.runner = runner
+        self.dispatcher = dispatcher
+        self.max_context = max_context
+        self.scheduler = Scheduler(slabs, eos_ids=eos_ids, detokenize=detokenize,
+                                   chunk_tokens=chunk_tokens or dispatcher.token_budget)
+        self.generator = torch.Generator(device=runner.device).manual_seed(seed)
+        self.finished: queue.SimpleQueue[Sequence] = queue.SimpleQueue()
+        self._lock = threading.Lock()  # protects _seqs, _ids and _closed
+        self._seqs: dict[int, Sequence] = {}
+        self._ids = itertools.count()
+        self._closed = False
+        self._long_inbox: queue.SimpleQueue[Sequence] = queue.SimpleQueue()
+        self._dispatcher_drained = False
+        self._stop = threading.Event()
+
+    # -- any thread -------------------------------------------------------------------------
+    def add(self, prompt: list[int], params: SamplingParams) -> Sequence:
+        """Submit one prompt. Raises ContextTooLong, Backpressure, DispatcherClosed. Thread-safe."""
+        if not prompt:
+            raise ValueError("empty prompt")
+        if len(prompt) + params.max_new_tokens > self.max_context:
+            raise ContextTooLong(f"prompt of {len(prompt)} tokens + {params.max_new_tokens} new tokens "
+                                 f"exceeds the model context of {self.max_context}")
+        with self._lock:
+            if self._closed:
+                raise DispatcherClosed("the engine is closed")
+            seq = Sequence(next(self._ids), list(prompt), params)
+            self._seqs[seq.seq_id] = seq
+        if len(prompt) > self.dispatcher.token_budget:
+            self._long_inbox.put(seq)
+            return seq
+        try:
+            self.dispatcher.submit(seq.seq_id, np.asarray(prompt, dtype=np.int32), params.max_new_tokens)
+        except SequenceTooLong:  # alignment pads can push a prompt at the budget over it
+            self._long_inbox.put(seq)
+        except BaseException:
+            with self._lock:
+                del self._seqs[seq.seq_id]
+            raise
+        return seq
+
+    def close_intake(self) -> None:
+        """Refuse new prompts; everything already added still finishes. Thread-safe."""
+        with self._lock:
+            self._closed = True
+        self.dispatcher.close()
+
+    def stop(self) -> None:
+        """Ask `run` to return after the current step, failing unfinished work. Thread-safe."""
+        self._stop.set()
+
+    @property
+    def num_unfinished(self) -> int:
+        with self._lock:
+            return len(self._seqs)
+
+    # -- the GPU-loop thread ----------------------------------------------------------------
+    def run(self) -> None:
+        """Step until closed and drained (or stopped). Only from the GPU-loop thread."""
+        while not self._stop.is_set():
+            try:
+                if not self.step():
+                    return
+            except Exception as exc:  # a bug in the loop itself: fail what is in flight, keep serving
+                log.exception("engine step failed")
+                self._fail_all(exc)
+        self._fail_all(EngineClosed("the engine stopped before this request finished"))
+
+    def step(self) -> bool:
+        """One step: take work, schedule, run, post-process. False once closed and drained."""
+        self._take_work()
+        plan = self.scheduler.schedule()
+        if plan is None:
+            return not (self._dispatcher_drained and self._long_inbox.empty() and self.scheduler.is_idle)
+        self._execute(plan)
+        return True
+
+    def _take_work(self) -> None:
+        while not self._long_inbox.empty():
+            self.scheduler.add_long(self._long_inbox.get())
+        if self.scheduler.is_holding_bin or self._dispatcher_drained:
+            return
+        busy = not self.scheduler.is_idle
+        try:
+            packed = self.dispatcher.next_bin(BUSY_TIMEOUT_S if busy else IDLE_TIMEOUT_S)
+        except DispatcherClosed:
+            self._dispatcher_drained = True
+            return
+        if packed is None:
+            return
+        cu = packed.cu_seqlens.tolist()  # host reads of the page-locked slot: no device sync
+        lens = packed.seq_lens.tolist()
+        ids = packed.seq_ids.tolist()
+        work = _BinWork(None, max(b - a for a, b in zip(cu, cu[1:])), max(lens))
+        work.device_bin = self.dispatcher.to_device(packed, self.runner.device)
+        with self._lock:
+            seqs = [self._seqs[i] for i in ids]
+        self.scheduler.add_bin(work, seqs)
+
+    def _execute(self, plan: Plan) -> None:
+        if isinstance(plan, Fail):
+            self.scheduler.fail(plan.seqs, plan.error)
+            self._emit(plan.seqs)
+            return
+        seqs = [plan.seq] if isinstance(plan, PrefillChunk) else plan.seqs
+        try:
+            tokens = self._run_model(plan, seqs)
+        except Exception as exc:
+            log.exception("step failed for %d sequence(s)", len(seqs))
+            self.scheduler.fail(seqs, exc)
+            self._emit(seqs)
+            return
+        self._emit(self.scheduler.postprocess(plan, tokens))
+
+    def _run_model(self, plan: Plan, seqs: list[Sequence]) -> list[int]:
+        if isinstance(plan, PrefillBin):
+            work: _BinWork = plan.bin
+            logits = self.runner.prefill_bin(work.device_bin, [s.slab_start for s in seqs],
+                                             work.max_seqlen_q, work.max_seqlen_k)
+        elif isinstance(plan, PrefillChunk):
+            logits = self.runner.prefill_chunk(plan.seq.prompt[plan.start:plan.end], plan.start,
+                                               plan.seq.slab_start)
+            if not plan.is_last:
+                return []
+        else:
+            assert isinstance(plan, Decode)
+            logits = self.runner.decode([s.output[-1] for s in seqs], [s.num_cached for s in seqs],
+                                        [s.slab_start for s in seqs])
+        batch = SamplingBatch([s.params.temperature for s in seqs], [s.params.top_p for s in seqs],
+                              logits.device)
+        return batch.sample(logits, self.generator).tolist()  # the step's one host sync
+
+    def _emit(self, seqs: list[Sequence]) -> None:
+        with self._lock:
+            for seq in seqs:
+                self._seqs.pop(seq.seq_id, None)
+        for seq in seqs:
+            self.finished.put(seq)
+
+    def _fail_all(self, exc: BaseException) -> None:
+        with self._lock:
+            pending = list(self._seqs.values())
+        self.scheduler.fail(pending, exc)
+        self.scheduler.waiting_bins.clear()
+        self.scheduler.waiting_long.clear()
+        self._emit(pending)

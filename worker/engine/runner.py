@@ -1,0 +1,81 @@
+"""Model runner: turns a step's plan into AttentionMetadata and one forward pass. Never touches queues.
+
+Every per-step integer array is built on the host in one buffer and copied to the device once
+(non-blocking from page-locked memory on CUDA), so building a step adds no host sync.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from worker.model.attention import AttentionMetadata
+from worker.model.kv_cache import KVCache
+
+
+class ModelRunner:
+    """Runs prefill (packed bins, long-input chunks) and decode steps against one KV tape."""
+
+    def __init__(self, model: torch.nn.Module, kv: KVCache, device: torch.device | str) -> None:
+        self.model = model
+        self.kv = kv
+        self.device = torch.device(device)
+        self._pin = self.device.type == "cuda"
+
+    def _upload(self, *rows: list[int]) -> list[torch.Tensor]:
+        """Host int lists -> int64 device tensors, one copy for all of them."""
+        flat = [x for row in rows for x in row]
+        host = torch.tensor(flat, dtype=torch.int64)
+        if self._pin:
+            host = host.pin_memory()
+        dev = host.to(self.device, non_blocking=True)
+        out, offset = [], 0
+        for row in rows:
+            out.append(dev[offset:offset + len(row)])
+            offset += len(row)
+        return out
+
+    @torch.inference_mode()
+    def prefill_bin(self, bin, slab_starts: list[int], max_seqlen_q: int, max_seqlen_k: int) -> torch.Tensor:
+        """Prefill a packed device bin whose sequences own the given slabs -> float32 [B, V] last-token logits."""
+        input_ids = bin.input_ids.long()                       # [T]
+        position_ids = bin.position_ids.long()                 # [T] restart at 0 per sequence; pads continue
+        cu_seqlens = bin.cu_seqlens.to(torch.int32)            # [B+1] spans include alignment pads
+        seq_lens = bin.seq_lens.to(torch.int32)                # [B] real lengths
+        num_tokens = input_ids.shape[0]
+        (starts,) = self._upload(slab_starts)                  # [B]
+        spans = cu_seqlens[1:] - cu_seqlens[:-1]               # [B]
+        seg = torch.repeat_interleave(torch.arange(spans.shape[0], device=self.device), spans,
+                                      output_size=num_tokens)  # [T] sequence index of each token
+        is_real = position_ids < seq_lens[seg].long()          # [T] pads sit after the real tokens
+        slot_mapping = torch.where(is_real, starts[seg] + position_ids, -1)  # [T]
+        attn = AttentionMetadata(
+            cu_seqlens_q=cu_seqlens, max_seqlen_q=max_seqlen_q,
+            slab_starts=starts.to(torch.int32), seqused_k=seq_lens, max_seqlen_k=max_seqlen_k,
+            slot_mapping=slot_mapping, is_prefill_from_zero=True)
+        return self.model(input_ids, position_ids, attn, self.kv, bin.last_token_index.long())
+
+    @torch.inference_mode()
+    def prefill_chunk(self, tokens: list[int], start: int, slab_start: int) -> torch.Tensor:
+        """Prefill tokens at positions start.. of one sequence, attending to its earlier rows -> [1, V]."""
+        n = len(tokens)
+        positions = list(range(start, start + n))
+        input_ids, position_ids, slot_mapping, meta = self._upload(
+            tokens, positions, [slab_start + p for p in positions], [0, n, slab_start, start + n, n - 1])
+        attn = AttentionMetadata(
+            cu_seqlens_q=meta[0:2].to(torch.int32), max_seqlen_q=n,
+            slab_starts=meta[2:3].to(torch.int32), seqused_k=meta[3:4].to(torch.int32),
+            max_seqlen_k=start + n, slot_mapping=slot_mapping, is_prefill_from_zero=start == 0)
+        return self.model(input_ids, position_ids, attn, self.kv, meta[4:5])
+
+    @torch.inference_mode()
+    def decode(self, input_ids: list[int], positions: list[int], slab_starts: list[int]) -> torch.Tensor:
+        """One token per sequence at the given positions (= rows already cached) -> float32 [B, V]."""
+        b = len(input_ids)
+        ids, pos, starts, slots, used, cu = self._upload(
+            input_ids, positions, slab_starts, [s + p for s, p in zip(slab_starts, positions)],
+            [p + 1 for p in positions], list(range(b + 1)))
+        attn = AttentionMetadata(
+            cu_seqlens_q=cu.to(torch.int32), max_seqlen_q=1,
+            slab_starts=starts.to(torch.int32), seqused_k=used.to(torch.int32),
+            max_seqlen_k=max(positions) + 1, slot_mapping=slots, is_prefill_from_zero=False)
+        return self.model(ids, pos, attn, self.kv, cu[:b])

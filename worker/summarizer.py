@@ -1,0 +1,279 @@
+"""Summarizer: records in, `Summary`s out, through the dispatcher and one GPU-loop thread.
+
+The caller's thread renders the prompt and tokenises it; the GPU loop (an `Engine`) prefills and
+decodes; `poll` turns finished sequences into `Summary`s (or the exception that stopped them).
+A record whose prompt exceeds the model's context is summarised hierarchically: its pieces
+first, then one merge of their summaries.
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+import time
+from collections.abc import Hashable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from worker.dispatch import Backpressure, BinDispatcher
+from worker.engine.engine import Engine
+from worker.engine.errors import ContextTooLong
+from worker.engine.kv_arena import KVArena
+from worker.engine.long_inputs import merge_prompt, plan_chunk_prompts
+from worker.engine.runner import ModelRunner
+from worker.engine.sequence import SamplingParams, Sequence, SequenceStatus
+from worker.facts import extract_facts
+from worker.messages import Facts, Summary, TelemetryRecord, Timings
+from worker.prompts import build_messages
+
+# A closed summarizer's thread finishes its step; joining longer than this means it is stuck.
+_JOIN_POLL_S = 0.05
+
+
+@dataclass(eq=False)
+class _Request:
+    request_id: Hashable
+    record: TelemetryRecord
+    facts: Facts
+    submitted_at: float
+    hierarchical: bool = False
+    pieces: list[str | None] = field(default_factory=list)   # piece summaries, in order
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    queued_s: float | None = None
+    num_chunks: int = 1
+    failed: bool = False
+
+
+class Summarizer:
+    """Owns the dispatcher, the KV arena and the engine thread for one loaded model."""
+
+    def __init__(self, loaded, *, token_budget: int, max_new_tokens: int,
+                 kv_capacity_rows: int | None = None, max_seqs_per_bin: int = 64,
+                 sampling: SamplingParams | None = None, seed: int = 0, dispatcher=None,
+                 max_context: int | None = None) -> None:
+        self.loaded = loaded
+        self.tokenizer = loaded.tokenizer
+        self.params = sampling or SamplingParams(max_new_tokens=max_new_tokens)
+        if self.params.max_new_tokens != max_new_tokens:
+            self.params = SamplingParams(max_new_tokens, self.params.temperature, self.params.top_p,
+                                         self.params.stop)
+        cfg = loaded.config
+        self.max_context = max_context or cfg.max_position_embeddings
+        if self.max_context <= max_new_tokens:
+            raise ValueError(f"max_new_tokens {max_new_tokens} leaves no room in a {self.max_context}-token context")
+        param = next(loaded.model.parameters())
+        self.device = param.device
+        if kv_capacity_rows is None:
+            # two full bins (one decoding while the next is admitted), and at least one full context
+            kv_capacity_rows = max(2 * (token_budget + max_seqs_per_bin * max_new_tokens), self.max_context)
+        self.dispatcher = dispatcher or BinDispatcher(
+            token_budget, max_seqs_per_bin=max_seqs_per_bin, pad_id=self.tokenizer.pad_token_id or 0)
+        self.arena = KVArena(cfg, kv_capacity_rows, dtype=param.dtype, device=self.device)
+        self.engine = Engine(ModelRunner(loaded.model, self.arena.cache, self.device), self.dispatcher,
+                             self.arena.slabs, eos_ids=tuple(cfg.eos_token_ids), max_context=self.max_context,
+                             detokenize=self._decode if self.params.stop else None, seed=seed)
+        self._lock = threading.Lock()  # protects _owners, _deferred, _results, _closing
+        self._owners: dict[int, tuple[_Request, int]] = {}  # seq_id -> (request, piece index or -1)
+        self._deferred: collections.deque[tuple[_Request, list[int], int]] = collections.deque()
+        self._results: collections.deque[tuple[Hashable, Summary | Exception]] = collections.deque()
+        self._closing = False
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the dispatcher and the GPU-loop thread."""
+        self.dispatcher.start()
+        self._thread = threading.Thread(target=self.engine.run, name="telesum-gpu-loop", daemon=True)
+        self._thread.start()
+
+    def close(self, drain: bool = True, timeout: float | None = None) -> None:
+        """Stop taking records. drain=True finishes everything submitted (results stay for `poll`);
+        drain=False fails unfinished requests with EngineClosed."""
+        with self._lock:
+            self._closing = True
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if drain:  # hierarchical requests still submit merges: keep pumping until they have
+            while self._has_unsubmitted_work() and (deadline is None or time.monotonic() < deadline):
+                self._pump(_JOIN_POLL_S)
+        else:
+            self.engine.stop()
+        self.engine.close_intake()
+        if self._thread is not None:
+            while self._thread.is_alive() and (deadline is None or time.monotonic() < deadline):
+                self._thread.join(_JOIN_POLL_S)
+        self._pump(0.0)
+
+    # -- requests ---------------------------------------------------------------------------
+    def tokenize(self, messages: list[dict[str, str]]) -> list[int]:
+        """Chat messages -> prompt token ids (chat template with the generation prompt). Thread-safe."""
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def submit(self, request_id: Hashable, record: TelemetryRecord) -> None:
+        """Render, tokenise and queue one record. Raises Backpressure when full. Thread-safe."""
+        with self._lock:
+            if self._closing:
+                raise RuntimeError("the summarizer is closed")
+        facts = extract_facts(record)
+        req = _Request(request_id, record, facts, time.perf_counter())
+        prompt = self.tokenize(build_messages(record, facts))
+        limit = self.max_context - self.params.max_new_tokens
+        if len(prompt) <= limit:
+            self._add(req, prompt, -1)
+            return
+        pieces = plan_chunk_prompts(record, tokenize=self.tokenize, count_tokens=self._count_tokens,
+                                    max_prompt_tokens=limit)
+        req.hierarchical = True
+        req.num_chunks = len(pieces)
+        req.pieces = [None] * len(pieces)
+        self._add(req, pieces[0], 0)  # Backpressure here rejects the record as a whole
+        with self._lock:
+            self._deferred.extend((req, p, i) for i, p in enumerate(pieces[1:], start=1))
+        self._retry_deferred()
+
+    def _add(self, req: _Request, prompt: list[int], piece: int) -> None:
+        seq = self.engine.add(prompt, self.params)
+        with self._lock:
+            self._owners[seq.seq_id] = (req, piece)
+        req.prompt_tokens += len(prompt)
+
+    def _retry_deferred(self) -> None:
+        while True:
+            with self._lock:
+                if not self._deferred:
+                    return
+                req, prompt, piece = self._deferred[0]
+            if not req.failed:
+                try:
+                    self._add(req, prompt, piece)
+                except Backpressure:
+                    return
+            with self._lock:
+                self._deferred.popleft()
+
+    def _has_unsubmitted_work(self) -> bool:
+        with self._lock:
+            return bool(self._deferred) or any(
+                r.hierarchical and not r.failed and None in r.pieces for r, _ in self._owners.values())
+
+    # -- offline helpers --------------------------------------------------------------------
+    def summarize_all(self, records: Iterable[TelemetryRecord]) -> Iterator[Summary]:
+        """Summaries in input order; raises the exception of the first record that failed."""
+        for _, result in self.results_in_order(records):
+            if isinstance(result, Exception):
+                raise result
+            yield result
+
+    def results_in_order(self, records: Iterable[TelemetryRecord], *, max_in_flight: int = 256,
+                         ) -> Iterator[tuple[TelemetryRecord, Summary | Exception]]:
+        """(record, Summary or the exception that stopped it) in input order. Request ids are
+        input indices, so do not mix with `submit` calls from elsewhere."""
+        held: dict[int, TelemetryRecord] = {}
+        done: dict[int, Summary | Exception] = {}
+        next_out = 0
+        for index, record in enumerate(records):
+            held[index] = record
+            while True:
+                try:
+                    if len(held) - len(done) > max_in_flight:
+                        raise Backpressure("too many records in flight")
+                    self.submit(index, record)
+                    break
+                except Backpressure:
+                    done.update(self.poll(0.05))
+                except Exception as exc:  # bad prompt or record: reported in its place
+                    done[index] = exc
+                    break
+                while next_out in done:
+                    yield held.pop(next_out), done.pop(next_out)
+                    next_out += 1
+            done.update(self.poll(0.0))
+            while next_out in done:
+                yield held.pop(next_out), done.pop(next_out)
+                next_out += 1
+        while held:
+            done.update(self.poll(0.1))
+            while next_out in done:
+                yield held.pop(next_out), done.pop(next_out)
+                next_out += 1
+
+    # -- results ----------------------------------------------------------------------------
+    def poll(self, timeout: float) -> list[tuple[Hashable, Summary | Exception]]:
+        """Finished requests since the last call, waiting up to `timeout` s for the first. Thread-safe."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._pump(max(deadline - time.monotonic(), 0.0))
+            with self._lock:
+                if self._results or time.monotonic() >= deadline:
+                    out = list(self._results)
+                    self._results.clear()
+                    return out
+
+    def _pump(self, timeout: float) -> None:
+        """Move finished sequences into results (blocking up to `timeout` for the first one)."""
+        self._retry_deferred()
+        try:
+            seq = self.engine.finished.get(timeout=timeout) if timeout > 0 else self.engine.finished.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            self._on_finished(seq)
+            try:
+                seq = self.engine.finished.get_nowait()
+            except queue.Empty:
+                break
+        self._retry_deferred()
+
+    def _on_finished(self, seq: Sequence) -> None:
+        with self._lock:
+            req, piece = self._owners.pop(seq.seq_id)
+        if req.failed:
+            return
+        if seq.status is SequenceStatus.FAILED:
+            req.failed = True
+            self._push(req.request_id, seq.error or RuntimeError("generation failed"))
+            return
+        queued, prefill, decode = seq.timings()
+        req.queued_s = queued if req.queued_s is None else req.queued_s
+        req.prefill_s += prefill
+        req.decode_s += decode
+        req.output_tokens += len(seq.output)
+        text = seq.text if seq.text is not None else self._decode(seq.output)
+        if piece < 0:
+            self._push(req.request_id, self._summary(req, text.strip()))
+            return
+        req.pieces[piece] = text.strip()
+        if None in req.pieces:
+            return
+        try:
+            prompt = merge_prompt(req.record, req.facts, list(req.pieces), tokenize=self.tokenize,
+                                  max_prompt_tokens=self.max_context - self.params.max_new_tokens)
+            req.pieces = []  # merged next: the final sequence has piece -1
+            with self._lock:
+                self._deferred.append((req, prompt, -1))
+        except ContextTooLong as exc:
+            req.failed = True
+            self._push(req.request_id, exc)
+
+    def _summary(self, req: _Request, text: str) -> Summary:
+        return Summary(
+            id=req.record.id, summary=text, model=self.loaded.name, prompt_tokens=req.prompt_tokens,
+            output_tokens=req.output_tokens, hierarchical=req.hierarchical, chunks=req.num_chunks,
+            facts=req.facts, timings=Timings(queued_s=req.queued_s or 0.0, prefill_s=req.prefill_s,
+                                             decode_s=req.decode_s,
+                                             total_s=time.perf_counter() - req.submitted_at))
+
+    def _push(self, request_id: Hashable, result: Summary | Exception) -> None:
+        with self._lock:
+            self._results.append((request_id, result))
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
