@@ -1,0 +1,165 @@
+#include "py_dispatcher.h"
+
+#include <cstring>
+#include <string>
+
+namespace py = pybind11;
+
+namespace telesum {
+
+namespace {
+
+// Releases a Py_buffer on scope exit; must be destroyed with the GIL held.
+struct BufferGuard {
+    Py_buffer view{};
+    bool held = false;
+    ~BufferGuard() {
+        if (held) PyBuffer_Release(&view);
+    }
+};
+
+bool is_int_format(const char* fmt, Py_ssize_t itemsize, Py_ssize_t want) {
+    if (itemsize != want || fmt == nullptr) return false;
+    if (*fmt == '@' || *fmt == '=' || *fmt == '<') ++fmt;
+    if (fmt[0] == '\0' || fmt[1] != '\0') return false;
+    return fmt[0] == 'i' || fmt[0] == 'l' || fmt[0] == 'q';  // size checked above
+}
+
+template <typename T>
+T* slot_array(const py::object& obj, const char* name, int64_t want_len, std::vector<py::object>& refs) {
+    py::buffer_info info;
+    try {
+        info = py::reinterpret_borrow<py::buffer>(obj).request(true);
+    } catch (const py::error_already_set&) {
+        throw py::value_error(std::string("slot array ") + name + " must be a writable buffer (numpy array)");
+    }
+    if (!is_int_format(info.format.c_str(), info.itemsize, sizeof(T))) {
+        throw py::type_error(std::string("slot array ") + name + " must be int" + std::to_string(8 * sizeof(T)) +
+                             ", got format '" + info.format + "'");
+    }
+    if (info.ndim != 1 || info.shape[0] < want_len || info.strides[0] != static_cast<py::ssize_t>(sizeof(T))) {
+        throw py::value_error(std::string("slot array ") + name + " must be 1-D, contiguous, at least " +
+                              std::to_string(want_len) + " long");
+    }
+    refs.push_back(obj);
+    return static_cast<T*>(info.ptr);
+}
+
+}  // namespace
+
+PyDispatcher::PyDispatcher(const DispatcherConfig& config) : dispatcher_(std::make_unique<Dispatcher>(config)) {}
+
+PyDispatcher::~PyDispatcher() {
+    py::gil_scoped_release nogil;  // the join waits for the packing thread's current round
+    dispatcher_.reset();
+}
+
+int PyDispatcher::add_slot(py::object input_ids, py::object position_ids, py::object cu_seqlens, py::object seq_ids,
+                           py::object seq_lens, py::object last_token_index, py::object max_new_tokens) {
+    const DispatcherConfig& c = dispatcher_->config();
+    std::vector<py::object> refs;
+    SlotBuffers b;
+    b.input_ids = slot_array<int32_t>(input_ids, "input_ids", c.token_budget, refs);
+    b.position_ids = slot_array<int32_t>(position_ids, "position_ids", c.token_budget, refs);
+    b.cu_seqlens = slot_array<int32_t>(cu_seqlens, "cu_seqlens", c.max_seqs_per_bin + 1, refs);
+    b.seq_ids = slot_array<int64_t>(seq_ids, "seq_ids", c.max_seqs_per_bin, refs);
+    b.seq_lens = slot_array<int32_t>(seq_lens, "seq_lens", c.max_seqs_per_bin, refs);
+    b.last_token_index = slot_array<int32_t>(last_token_index, "last_token_index", c.max_seqs_per_bin, refs);
+    b.max_new_tokens = slot_array<int32_t>(max_new_tokens, "max_new_tokens", c.max_seqs_per_bin, refs);
+    const int slot = dispatcher_->add_slot(b);
+    slot_refs_.insert(slot_refs_.end(), refs.begin(), refs.end());
+    return slot;
+}
+
+void PyDispatcher::start() { dispatcher_->start(); }
+
+void PyDispatcher::submit(int64_t seq_id, py::handle tokens, int64_t max_new_tokens) {
+    BufferGuard g;
+    if (PyObject_GetBuffer(tokens.ptr(), &g.view, PyBUF_STRIDES | PyBUF_FORMAT) != 0) {
+        PyErr_Clear();
+        throw py::type_error(std::string("tokens must be a 1-D int32 array, got ") + Py_TYPE(tokens.ptr())->tp_name);
+    }
+    g.held = true;
+    if (!is_int_format(g.view.format, g.view.itemsize, 4)) {
+        throw py::type_error(std::string("tokens must be int32, got buffer format '") +
+                             (g.view.format ? g.view.format : "B") + "' of " + std::to_string(g.view.itemsize) +
+                             "-byte items");
+    }
+    if (g.view.ndim != 1) {
+        throw py::value_error("tokens must be 1-D, got " + std::to_string(g.view.ndim) + " dimensions");
+    }
+    const int64_t len = g.view.shape[0];
+    const auto* data = static_cast<const int32_t*>(g.view.buf);
+    std::vector<int32_t> gathered;  // only for strided input
+    if (g.view.strides[0] != 4 && len > 0) {
+        gathered.resize(static_cast<size_t>(len));
+        const char* base = static_cast<const char*>(g.view.buf);
+        for (int64_t i = 0; i < len; ++i) std::memcpy(&gathered[i], base + i * g.view.strides[0], 4);
+        data = gathered.data();
+    }
+    py::gil_scoped_release nogil;
+    dispatcher_->submit(seq_id, data, len, max_new_tokens);
+}
+
+bool PyDispatcher::wait_for_room(int64_t tokens, std::optional<double> timeout_s) {
+    py::gil_scoped_release nogil;
+    return dispatcher_->wait_for_room(tokens, timeout_s);
+}
+
+py::object PyDispatcher::next_bin(std::optional<double> timeout_s) {
+    std::optional<BinInfo> info;
+    {
+        py::gil_scoped_release nogil;
+        info = dispatcher_->next_bin(timeout_s);
+    }
+    if (!info) return py::none();
+    return py::make_tuple(info->slot, info->num_seqs, info->num_tokens, info->num_real_tokens);
+}
+
+void PyDispatcher::release(int slot) {
+    py::gil_scoped_release nogil;
+    dispatcher_->release(slot);
+}
+
+void PyDispatcher::close() {
+    py::gil_scoped_release nogil;
+    dispatcher_->close();
+}
+
+py::dict PyDispatcher::stats() const {
+    DispatcherStats s;
+    {
+        py::gil_scoped_release nogil;
+        s = dispatcher_->stats();
+    }
+    py::dict d;
+    d["sequences_submitted"] = s.sequences_submitted;
+    d["sequences_packed"] = s.sequences_packed;
+    d["tokens_packed"] = s.tokens_packed;
+    d["pad_tokens"] = s.pad_tokens;
+    d["bins"] = s.bins;
+    d["rounds"] = s.rounds;
+    d["backpressure_events"] = s.backpressure_events;
+    d["queue_tokens"] = s.queue_tokens;
+    d["queue_seqs"] = s.queue_seqs;
+    d["ready_bins"] = s.ready_bins;
+    d["fill_ratio"] = s.fill_ratio;
+    d["wait_mean_s"] = s.wait_mean_s;
+    d["wait_max_s"] = s.wait_max_s;
+    d["arrival_rate_tokens_per_s"] = s.arrival_rate_tokens_per_s;
+    d["gpu_step_s"] = s.gpu_step_s;
+    return d;
+}
+
+std::vector<std::vector<int32_t>> ffd_pack(const std::vector<int64_t>& spans, int64_t token_budget,
+                                           int64_t max_seqs_per_bin) {
+    FfdPacker packer(token_budget, max_seqs_per_bin);
+    packer.pack(spans.data(), spans.size());
+    std::vector<std::vector<int32_t>> bins(packer.num_bins());
+    for (size_t b = 0; b < bins.size(); ++b) {
+        bins[b].assign(packer.bin_items() + packer.bin_begin(b), packer.bin_items() + packer.bin_end(b));
+    }
+    return bins;
+}
+
+}  // namespace telesum
