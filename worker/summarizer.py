@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from worker.dispatch import Backpressure, BinDispatcher
+from worker.dispatch import Backpressure
 from worker.engine.engine import Engine
 from worker.engine.errors import ContextTooLong
 from worker.engine.kv_arena import KVArena
@@ -71,8 +71,12 @@ class Summarizer:
         if kv_capacity_rows is None:
             # two full bins (one decoding while the next is admitted), and at least one full context
             kv_capacity_rows = max(2 * (token_budget + max_seqs_per_bin * max_new_tokens), self.max_context)
-        self.dispatcher = dispatcher or BinDispatcher(
-            token_budget, max_seqs_per_bin=max_seqs_per_bin, pad_id=self.tokenizer.pad_token_id or 0)
+        if dispatcher is None:
+            from worker.dispatch import BinDispatcher
+
+            dispatcher = BinDispatcher(token_budget, max_seqs_per_bin=max_seqs_per_bin,
+                                       pad_id=self.tokenizer.pad_token_id or 0)
+        self.dispatcher = dispatcher
         self.arena = KVArena(cfg, kv_capacity_rows, dtype=param.dtype, device=self.device)
         self.engine = Engine(ModelRunner(loaded.model, self.arena.cache, self.device), self.dispatcher,
                              self.arena.slabs, eos_ids=tuple(cfg.eos_token_ids), max_context=self.max_context,

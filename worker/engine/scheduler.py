@@ -117,10 +117,17 @@ class Scheduler:
         sizes = [s.slab_rows for s in work.seqs]
         starts = self.slabs.allocate_all(sizes)
         if starts is None:
-            if self.slabs.num_used_rows == 0:
-                self.waiting_bins.popleft()
-                return Fail(work.seqs, ArenaTooSmall(
-                    f"a bin needs {sum(sizes)} KV rows but the arena holds {self.slabs.capacity}"))
+            if self.slabs.num_used_rows > 0:
+                return None  # hold the bin until finished sequences free their slabs
+            # Even an empty arena cannot take the whole bin: prefill its sequences one by one
+            # through the long-input lane; fail only those larger than the arena itself.
+            self.waiting_bins.popleft()
+            too_big = [s for s in work.seqs if s.slab_rows > self.slabs.capacity]
+            self.waiting_long.extend(s for s in work.seqs if s.slab_rows <= self.slabs.capacity)
+            if too_big:
+                return Fail(too_big, ArenaTooSmall(
+                    f"a sequence needs {max(s.slab_rows for s in too_big)} KV rows but the arena "
+                    f"holds {self.slabs.capacity}"))
             return None
         self.waiting_bins.popleft()
         now = time.perf_counter()

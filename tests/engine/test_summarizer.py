@@ -1,0 +1,136 @@
+"""Summarizer on a tiny random model: order, token counts, long-input lane, hierarchical path, errors."""
+
+import random
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from worker.engine.errors import ArenaTooSmall, EngineClosed
+from worker.engine.long_inputs import merge_prompt, plan_chunk_prompts
+from worker.facts import extract_facts
+from worker.messages import Summary, TelemetryRecord
+from worker.model.attention import SdpaBackend
+from worker.model.config import ModelConfig
+from worker.model.llama import LlamaModel
+from worker.prompts import build_messages
+from worker.summarizer import Summarizer
+
+from .conftest import FakeDispatcher
+from .helpers import generate
+from .tiny_tokenizer import tiny_tokenizer
+
+MAX_NEW = 6
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    cfg = ModelConfig.tiny(vocab_size=259, max_position_embeddings=4096, eos_token_ids=(2,))
+    torch.manual_seed(1)
+    model = LlamaModel(cfg, SdpaBackend()).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(4.0)
+    return SimpleNamespace(model=model, config=cfg, tokenizer=tiny_tokenizer(), name="tiny-random")
+
+
+def _record(i: int, body: str | None = None) -> TelemetryRecord:
+    return TelemetryRecord(id=f"r{i}", kind="syslog", source="enb-7",
+                           body=body or f"<11>1 2026-11-29T10:0{i % 10}:00Z cell{i} ran - - - link down on port {i}")
+
+
+def _summarizer(loaded, token_budget=1024, **kw) -> Summarizer:
+    s = Summarizer(loaded, token_budget=token_budget, max_new_tokens=MAX_NEW,
+                   dispatcher=FakeDispatcher(token_budget, 16), **kw)
+    s.start()
+    return s
+
+
+def _expected_text(loaded, prompts: list[list[int]]) -> list[str]:
+    outs = generate(loaded.model, prompts, max_new=MAX_NEW, token_budget=4096, capacity=8192, eos_ids=(2,))
+    return [loaded.tokenizer.decode(o, skip_special_tokens=True).strip() for o in outs]
+
+
+def test_summarizer_summarize_all_keeps_order_and_matches_greedy(loaded):
+    records = [_record(i) for i in range(5)]
+    s = _summarizer(loaded)
+    try:
+        summaries = list(s.summarize_all(records))
+    finally:
+        s.close()
+    prompts = [s.tokenize(build_messages(r, extract_facts(r))) for r in records]
+    assert [x.id for x in summaries] == [r.id for r in records]
+    assert [x.summary for x in summaries] == _expected_text(loaded, prompts)
+    for x, p, r in zip(summaries, prompts, records):
+        assert isinstance(x, Summary) and x.model == "tiny-random" and not x.hierarchical
+        assert x.prompt_tokens == len(p) and 0 < x.output_tokens <= MAX_NEW
+        assert x.facts == extract_facts(r)
+        assert x.timings.total_s >= x.timings.decode_s >= 0
+
+
+def test_summarizer_long_input_uses_chunked_prefill_and_matches_one_shot(loaded):
+    record = _record(1, body="\n".join(f"line {i}: ERROR link down on cell {i % 7}" for i in range(40)))
+    s = _summarizer(loaded, token_budget=256)
+    try:
+        (summary,) = list(s.summarize_all([record]))
+        prompt = s.tokenize(build_messages(record, extract_facts(record)))
+    finally:
+        s.close()
+    assert 256 < len(prompt) < 4096 - MAX_NEW  # longer than a bin, inside the context
+    assert not summary.hierarchical and summary.prompt_tokens == len(prompt)
+    assert summary.summary == _expected_text(loaded, [prompt])[0]
+
+
+def test_summarizer_beyond_context_summarises_hierarchically(loaded):
+    words = ["link", "down", "fan", "power", "sync", "lost", "radio", "fault", "cleared", "major", "minor"]
+    rng = random.Random(0)  # distinct lines: repeats would be collapsed before splitting
+    body = "\n".join(" ".join(rng.choice(words) for _ in range(8)) for _ in range(60))
+    record = _record(2, body=body)
+    s = _summarizer(loaded, token_budget=512, max_context=1024)
+    try:
+        (summary,) = list(s.summarize_all([record]))
+        limit = 1024 - MAX_NEW
+        chunk_prompts = plan_chunk_prompts(record, tokenize=s.tokenize, count_tokens=s._count_tokens,
+                                           max_prompt_tokens=limit)
+        pieces = _expected_text(loaded, chunk_prompts)
+        merge = merge_prompt(record, extract_facts(record), pieces, tokenize=s.tokenize, max_prompt_tokens=limit)
+    finally:
+        s.close()
+    assert len(chunk_prompts) >= 3 and all(len(p) <= limit for p in chunk_prompts)
+    assert summary.hierarchical and summary.chunks == len(chunk_prompts)
+    assert summary.summary == _expected_text(loaded, [merge])[0]
+    assert summary.prompt_tokens == sum(map(len, chunk_prompts)) + len(merge)
+
+
+def test_summarizer_failed_request_comes_back_as_exception_and_loop_survives(loaded):
+    s = _summarizer(loaded, kv_capacity_rows=1000)
+    try:
+        s.submit("big", _record(3, body="x " * 400))  # ~1550 prompt tokens > 1000 rows; "ok" needs ~870
+        s.submit("ok", _record(4))
+        results = {}
+        while len(results) < 2:
+            results.update(s.poll(1.0))
+    finally:
+        s.close()
+    assert isinstance(results["big"], ArenaTooSmall), results
+    assert isinstance(results["ok"], Summary)
+
+
+def test_summarizer_close_drain_finishes_everything_submitted(loaded):
+    s = _summarizer(loaded)
+    for i in range(4):
+        s.submit(i, _record(i))
+    s.close(drain=True)
+    results = dict(s.poll(0.0))
+    assert sorted(results) == [0, 1, 2, 3] and all(isinstance(r, Summary) for r in results.values())
+    with pytest.raises(RuntimeError, match="closed"):
+        s.submit(9, _record(9))
+
+
+def test_summarizer_close_without_drain_fails_unfinished(loaded):
+    s = _summarizer(loaded)
+    for i in range(6):
+        s.submit(i, _record(i))
+    s.close(drain=False)
+    results = dict(s.poll(0.0))
+    assert sorted(results) == list(range(6))  # every request answered
+    assert all(isinstance(r, (Summary, EngineClosed)) for r in results.values())
