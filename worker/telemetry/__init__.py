@@ -1,0 +1,42 @@
+"""Seeded sample telemetry with known facts: VES 7.x events, RFC 5424 syslog bursts, 32.435 PM XML,
+NGAP/XnAP traces. Record i depends only on (seed, profile, i), so a longer run extends a shorter one.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+from worker.messages import Facts, TelemetryRecord
+from worker.telemetry import pm, syslog, trace, ves
+from worker.telemetry.common import count_words
+from worker.telemetry.profiles import KINDS, PROFILES, pick, word_range
+
+__all__ = ["KINDS", "PROFILES", "count_words", "generate", "iter_generate", "word_range"]
+
+_MAKERS = {"ves": ves.make, "syslog": syslog.make, "pm": pm.make, "trace": trace.make}
+
+
+def iter_generate(n: int | None, profile: str = "mixed", seed: int = 0,
+                  kinds: tuple[str, ...] = KINDS) -> Iterator[tuple[TelemetryRecord, Facts]]:
+    """Yields (record, ground-truth facts) for records 0..n-1 (forever when n is None).
+    Raises ValueError on an unknown profile or kind, or a negative n."""
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
+    unknown = [k for k in kinds if k not in _MAKERS]
+    if unknown or not kinds:
+        raise ValueError(f"unknown kinds {unknown}; choose from {', '.join(KINDS)}")
+    if n is not None and n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    index = 0
+    while n is None or index < n:
+        rng = random.Random(f"{seed}:{profile}:{index}")  # str seeds hash the same on every run
+        kind, target = pick(profile, index, rng, tuple(kinds))
+        yield _MAKERS[kind](index, target, rng)
+        index += 1
+
+
+def generate(n: int, profile: str = "mixed", seed: int = 0,
+             kinds: tuple[str, ...] = KINDS) -> list[tuple[TelemetryRecord, Facts]]:
+    """`n` (record, ground-truth facts) pairs; see iter_generate."""
+    return list(iter_generate(n, profile, seed, kinds))
