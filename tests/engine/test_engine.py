@@ -140,8 +140,8 @@ def test_engine_model_error_fails_only_that_step(tiny_model):
 
 def test_engine_bin_too_big_for_empty_arena_runs_members_one_by_one(tiny_model):
     engine = make_engine(tiny_model, capacity=60, token_budget=64)
-    prompts = random_prompts(3, 20, 20, seed=13)
-    news = [20, 10, 45]  # slabs of 40, 30 and 65 rows: together 135 > 60; the last alone > 60
+    prompts = random_prompts(3, 16, 16, seed=13)
+    news = [20, 10, 50]  # slabs of 36, 26 and 66 rows: together 128 > 60; the last alone > 60
     seqs = [engine.add(p, SamplingParams(max_new_tokens=n)) for p, n in zip(prompts, news)]
     run_until_done(engine, seqs)
     assert engine.dispatcher.bins_emitted[0] == [s.seq_id for s in seqs]  # they came as one bin
