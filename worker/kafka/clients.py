@@ -1,0 +1,133 @@
+"""Thin wrappers that own the kafka-python clients. No network I/O happens in a constructor:
+`open()` creates the client. The domain layer (`loop.py`) only talks to these."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.consumer.subscription_state import ConsumerRebalanceListener
+from kafka.structs import OffsetAndMetadata
+
+from worker.kafka.settings import WorkerSettings
+
+log = logging.getLogger(__name__)
+
+Headers = list[tuple[str, bytes]]
+
+
+class _Listener(ConsumerRebalanceListener):
+    """Forwards rebalance callbacks. They run inside `poll()`: they must not block (no commit)."""
+
+    def __init__(self, on_revoked: Callable[[set[TopicPartition]], None],
+                 on_assigned: Callable[[set[TopicPartition]], None]) -> None:
+        self._on_revoked, self._on_assigned = on_revoked, on_assigned
+
+    def on_partitions_revoked(self, revoked) -> None:
+        self._on_revoked(set(revoked))
+
+    def on_partitions_assigned(self, assigned) -> None:
+        self._on_assigned(set(assigned))
+
+    def on_partitions_lost(self, lost) -> None:
+        self._on_revoked(set(lost))
+
+
+class Consumer:
+    """One consumer-group member on one topic. Only from the thread that owns it."""
+
+    def __init__(self, settings: WorkerSettings) -> None:
+        self.settings = settings
+        self._client: KafkaConsumer | None = None
+
+    def open(self, on_revoked: Callable[[set[TopicPartition]], None],
+             on_assigned: Callable[[set[TopicPartition]], None]) -> None:
+        """Connect and subscribe; offsets are only ever committed explicitly."""
+        s = self.settings
+        self._client = KafkaConsumer(
+            **s.security_config, group_id=s.group_id, enable_auto_commit=False,
+            auto_offset_reset=s.auto_offset_reset, session_timeout_ms=s.session_timeout_ms,
+            heartbeat_interval_ms=s.heartbeat_interval_ms, max_poll_interval_ms=s.max_poll_interval_ms,
+            max_poll_records=s.max_poll_records,
+            # A single record may be larger than the default 1 MB partition fetch.
+            max_partition_fetch_bytes=max(s.max_request_size, 1024 * 1024))
+        self._client.subscribe([s.input_topic], listener=_Listener(on_revoked, on_assigned))
+
+    @property
+    def client(self) -> KafkaConsumer:
+        if self._client is None:
+            raise RuntimeError("Consumer.open() has not been called")
+        return self._client
+
+    def poll(self, timeout_ms: int) -> list:
+        """Records from all unpaused partitions, in offset order per partition. Blocks up to timeout_ms."""
+        batches = self.client.poll(timeout_ms=timeout_ms)
+        return [record for records in batches.values() for record in records]
+
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        parts = [tp for tp in partitions if tp in self.client.assignment()]
+        if parts:
+            self.client.pause(*parts)
+
+    def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        parts = [tp for tp in partitions if tp in self.client.assignment()]
+        if parts:
+            self.client.resume(*parts)
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.client.assignment())
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self.client.paused())
+
+    def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        """Commit `offsets` (the next offset to read per partition). Blocks; never from a listener."""
+        self.client.commit({tp: OffsetAndMetadata(off, "", -1) for tp, off in offsets.items()})
+
+    def close(self) -> None:
+        """Leave the group without committing anything more."""
+        if self._client is not None:
+            self._client.close(autocommit=False)
+            self._client = None
+
+
+class Producer:
+    """Idempotent producer with acks=all. Thread-safe."""
+
+    def __init__(self, settings: WorkerSettings) -> None:
+        self.settings = settings
+        self._client: KafkaProducer | None = None
+
+    def open(self) -> None:
+        s = self.settings
+        self._client = KafkaProducer(
+            **s.security_config, acks="all", enable_idempotence=True,
+            max_request_size=s.max_request_size, delivery_timeout_ms=s.delivery_timeout_ms,
+            linger_ms=5)  # a few ms of batching; summaries come out in bursts
+
+    @property
+    def client(self) -> KafkaProducer:
+        if self._client is None:
+            raise RuntimeError("Producer.open() has not been called")
+        return self._client
+
+    def send(self, topic: str, key: bytes | None, value: bytes, headers: Headers,
+             on_done: Callable[[Exception | None], None]) -> None:
+        """Queue one record; `on_done(None | error)` runs later on the producer's I/O thread.
+        Errors raised synchronously by kafka-python (e.g. record too large) go to on_done too."""
+        try:
+            future = self.client.send(topic, key=key, value=value, headers=headers)
+        except Exception as exc:  # noqa: BLE001 - every failure is reported the same way
+            on_done(exc)
+            return
+        future.add_callback(lambda _meta: on_done(None))
+        future.add_errback(on_done)
+
+    def flush(self, timeout_s: float | None = None) -> None:
+        self.client.flush(timeout=timeout_s)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        if self._client is not None:
+            self._client.close(timeout=timeout_s)
+            self._client = None

@@ -1,0 +1,104 @@
+"""Which offsets may be committed: the contiguous prefix of records whose output the broker acknowledged."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from kafka import TopicPartition
+
+
+@dataclass
+class _PartitionState:
+    epoch: int
+    pending: deque[int] = field(default_factory=deque)  # offsets seen, in order, not yet committable
+    done: set[int] = field(default_factory=set)          # acknowledged offsets still inside `pending`
+    next_commit: int | None = None                       # the commit position once the prefix advances
+    committed: int | None = None                         # last position committed
+
+
+class OffsetTracker:
+    """Per-partition bookkeeping for at-least-once delivery.
+
+    Commit steps, followed in this order by the poll loop:
+      1. `track(tp, offset)` every record as it is polled (offsets arrive in increasing order).
+      2. publish its output (summary or dead letter) to the broker.
+      3. `mark_done(tp, offset, epoch)` only after the broker acknowledged that publish.
+      4. `committable()` gives, per partition, the offset after the contiguous done prefix
+         (the last done offset + 1), only where it moved since the last commit.
+      5. commit those offsets with the consumer, then `committed(offsets)`.
+    A partition's `epoch` changes when it is revoked or assigned: acknowledgements and results
+    that belong to an older epoch are ignored (the partition's new owner replays that work).
+    Only from the poll-loop thread.
+    """
+
+    def __init__(self) -> None:
+        self._parts: dict[TopicPartition, _PartitionState] = {}
+        self._epochs: dict[TopicPartition, int] = {}
+
+    def assign(self, tp: TopicPartition) -> int:
+        """Start a fresh epoch for `tp` (a new assignment); returns it."""
+        epoch = self._epochs.get(tp, 0) + 1
+        self._epochs[tp] = epoch
+        self._parts[tp] = _PartitionState(epoch)
+        return epoch
+
+    def revoke(self, tp: TopicPartition) -> int:
+        """Forget `tp`'s unfinished work; returns how many tracked records were dropped."""
+        state = self._parts.pop(tp, None)
+        self._epochs[tp] = self._epochs.get(tp, 0) + 1
+        return len(state.pending) if state is not None else 0
+
+    def epoch(self, tp: TopicPartition) -> int | None:
+        """The current epoch of an assigned partition, None when it is not assigned."""
+        state = self._parts.get(tp)
+        return state.epoch if state is not None else None
+
+    def track(self, tp: TopicPartition, offset: int) -> int:
+        """Record that `offset` was polled; returns the epoch to hand back to `mark_done`."""
+        state = self._parts.get(tp)
+        if state is None:  # a record from a partition we were never told about: adopt it
+            self.assign(tp)
+            state = self._parts[tp]
+        if state.pending and offset <= state.pending[-1]:
+            raise ValueError(f"{tp}: offset {offset} polled after {state.pending[-1]}")
+        state.pending.append(offset)
+        return state.epoch
+
+    def mark_done(self, tp: TopicPartition, offset: int, epoch: int) -> bool:
+        """The broker acknowledged the output of `offset`; False when that work is stale (revoked)."""
+        state = self._parts.get(tp)
+        if state is None or state.epoch != epoch:
+            return False
+        state.done.add(offset)
+        while state.pending and state.pending[0] in state.done:
+            first = state.pending.popleft()
+            state.done.discard(first)
+            state.next_commit = first + 1
+        return True
+
+    def is_current(self, tp: TopicPartition, epoch: int) -> bool:
+        state = self._parts.get(tp)
+        return state is not None and state.epoch == epoch
+
+    def committable(self) -> dict[TopicPartition, int]:
+        """Per partition, the next offset to read after the done prefix, where it moved since the last commit."""
+        return {tp: s.next_commit for tp, s in self._parts.items()
+                if s.next_commit is not None and s.next_commit != s.committed}
+
+    def committed(self, offsets: dict[TopicPartition, int]) -> None:
+        """The consumer committed `offsets`."""
+        for tp, offset in offsets.items():
+            state = self._parts.get(tp)
+            if state is not None:
+                state.committed = offset
+
+    def in_flight(self, tp: TopicPartition | None = None) -> int:
+        """Records tracked but not yet part of a done prefix (one partition, or all)."""
+        if tp is not None:
+            state = self._parts.get(tp)
+            return len(state.pending) if state is not None else 0
+        return sum(len(s.pending) for s in self._parts.values())
+
+    def partitions(self) -> set[TopicPartition]:
+        return set(self._parts)

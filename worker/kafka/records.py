@@ -1,0 +1,89 @@
+"""Kafka records <-> message types: decoding input, building summary and dead-letter outputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+
+from worker.messages import DeadLetter, InvalidRecord, Summary, TelemetryRecord, decode_record
+
+CONTENT_TYPE = "content-type"
+H_TOPIC, H_PARTITION, H_OFFSET = "telesum-source-topic", "telesum-source-partition", "telesum-source-offset"
+H_MODEL, H_REASON = "telesum-model", "telesum-reason"
+JSON = b"application/json"
+# What a compact dead letter keeps of the original bytes when the full one is too large to publish.
+COMPACT_ORIGINAL_BYTES = 1024
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where an input record came from: enough to find it again and to de-duplicate outputs."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+
+    @property
+    def key_text(self) -> str | None:
+        return None if self.key is None else self.key.decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True)
+class Output:
+    """One record to publish."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+    headers: list[tuple[str, bytes]]
+
+
+def header(headers, name: str) -> str | None:
+    """The first header named `name` (case-insensitive) as text, or None."""
+    for key, value in headers or ():
+        if key.lower() == name and value is not None:
+            return value.decode("utf-8", errors="replace")
+    return None
+
+
+def decode_message(value: bytes | None, headers) -> TelemetryRecord:
+    """Decode one Kafka record value; MessagePack when its content-type header says so.
+    Raises InvalidRecord with a reason code."""
+    return decode_record(value or b"", header(headers, CONTENT_TYPE))
+
+
+def _provenance(source: Source, model: str) -> list[tuple[str, bytes]]:
+    return [(H_TOPIC, source.topic.encode()), (H_PARTITION, str(source.partition).encode()),
+            (H_OFFSET, str(source.offset).encode()), (H_MODEL, model.encode())]
+
+
+def summary_output(topic: str, source: Source, summary: Summary) -> Output:
+    """The answer for `source`: same key as the input, provenance headers."""
+    summary = msgspec.structs.replace(summary, key=source.key_text)
+    return Output(topic, source.key, msgspec.json.encode(summary),
+                  [(CONTENT_TYPE, JSON), *_provenance(source, summary.model)])
+
+
+def dead_letter_output(topic: str, source: Source, original: bytes | None, reason: str, message: str,
+                       model: str, *, compact: bool = False) -> Output:
+    """A dead letter with the reason code, a human message and the original bytes.
+    `compact` keeps only the first COMPACT_ORIGINAL_BYTES of the original (for outputs too large to publish)."""
+    original = original or b""
+    if compact and len(original) > COMPACT_ORIGINAL_BYTES:
+        message = f"{message} (original of {len(original)} bytes cut to {COMPACT_ORIGINAL_BYTES})"
+        original = original[:COMPACT_ORIGINAL_BYTES]
+    letter = DeadLetter(reason=reason, message=message, original=original, topic=source.topic,
+                        partition=source.partition, offset=source.offset, key=source.key_text)
+    return Output(topic, source.key, msgspec.json.encode(letter),
+                  [(CONTENT_TYPE, JSON), (H_REASON, reason.encode()), *_provenance(source, model)])
+
+
+def failure_reason(error: BaseException) -> tuple[str, str]:
+    """(reason code, message) for an exception raised while summarising one record."""
+    if isinstance(error, InvalidRecord):
+        return error.reason, error.message
+    names = {"SequenceTooLong": "too_long", "ContextTooLong": "too_long"}
+    code = names.get(type(error).__name__, "summarize_failed")
+    return code, f"{type(error).__name__}: {error}"

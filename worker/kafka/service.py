@@ -1,0 +1,84 @@
+"""`telesum worker`: load the model, start the summarizer, serve the Kafka loop until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+
+from worker.kafka import settings as settings_mod
+from worker.kafka.settings import WorkerSettings
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    settings_mod.add_arguments(parser)
+
+
+def resolve_device(name: str):
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def load(settings: WorkerSettings):
+    """The LoadedModel that `settings.model` names: 'embedded', 'tiny' (random weights) or a path."""
+    from worker.model.config import ModelConfig
+    from worker.model.loader import embedded_model_path, load_model, random_model
+    from worker.model.tokenizer import load_tokenizer
+
+    device = resolve_device(settings.device)
+    if settings.model == "tiny":
+        # Random weights for tests and speed runs; the tokenizer decides the vocabulary.
+        tok = load_tokenizer(settings.tokenizer or embedded_model_path())
+        cfg = ModelConfig.tiny(vocab_size=len(tok), max_position_embeddings=settings.max_context or 2048,
+                               bos_token_id=tok.bos_token_id, eos_token_ids=(tok.eos_token_id,))
+        loaded = random_model(cfg, device=device, name="tiny-random")
+        loaded.tokenizer = tok
+        return loaded
+    source = embedded_model_path() if settings.model == "embedded" else settings.model
+    return load_model(source, device=device, tokenizer=settings.tokenizer or True)
+
+
+def build_summarizer(settings: WorkerSettings, loaded):
+    from worker.summarizer import Summarizer
+
+    return Summarizer(loaded, token_budget=settings.token_budget, max_new_tokens=settings.max_new_tokens,
+                      max_context=settings.max_context)
+
+
+def install_signal_handlers(stop: threading.Event) -> None:
+    """SIGTERM/SIGINT set `stop`; a second signal exits at once. Only from the main thread."""
+
+    def handler(signum, _frame) -> None:
+        if stop.is_set():
+            raise SystemExit(128 + signum)
+        log.info("%s: draining (again to exit at once)", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def run(args: argparse.Namespace) -> int:
+    from worker.kafka.loop import KafkaWorker
+
+    settings = WorkerSettings.from_sources(args)
+    stop = threading.Event()
+    install_signal_handlers(stop)
+    loaded = load(settings)
+    summarizer = build_summarizer(settings, loaded)
+    summarizer.start()
+    log.info("worker: %s -> %s (dead letters: %s), group %s, model %s", settings.input_topic,
+             settings.output_topic, settings.dlq_topic, settings.group_id, loaded.name)
+    worker = KafkaWorker(settings, summarizer, model_name=loaded.name)
+    try:
+        stats = worker.run(stop)
+    finally:
+        summarizer.close(drain=False, timeout=5.0)
+    log.info("worker stopped: %s", stats)
+    return 0 if stats.drained_cleanly else 3
