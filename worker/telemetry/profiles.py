@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 
-PROFILES = ("mixed", "uniform", "oam")
+PROFILES = ("mixed", "uniform", "oam", "short")
 KINDS = ("ves", "syslog", "pm", "trace")
 SHORT = (45, 130)
 LONG = (1820, 2000)
@@ -22,6 +22,8 @@ def word_range(profile: str, index: int, rng: random.Random) -> tuple[int, int]:
         return SHORT if index % 2 == 0 else LONG  # interleaved: short, long, short, ...
     if profile == "uniform":
         return UNIFORM
+    if profile == "short":  # demos and CI: only the short half of `mixed`
+        return SHORT
     if profile == "oam":
         if rng.random() < 0.9:  # the body of the distribution: a few hundred words
             words = int(min(2000.0, max(OAM_MIN, rng.lognormvariate(math.log(250), 0.8))))
