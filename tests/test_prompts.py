@@ -150,3 +150,9 @@ def test_split_into_chunks_respects_limit_and_keeps_all_text():
     assert len(chunks) > 1
     assert all(approx_tokens(c) <= 200 + 2 for c in chunks)
     assert "".join("".join(c.split("\n")) for c in chunks) == "".join(text.split("\n"))
+
+
+def test_build_messages_pm_values_not_collapsed():
+    body = "\n".join(f'<r p="1">{1000 + i}</r>' for i in range(5))
+    user = _user(build_messages(_record(body, kind="pm"), FACTS))
+    assert all(f'<r p="1">{1000 + i}</r>' in user for i in range(5)) and "repeated" not in user

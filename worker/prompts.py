@@ -38,6 +38,11 @@ _MASKS = (
 )
 
 
+# Log-like kinds only: in PM XML and VES objects the lines that differ only in numbers are the
+# per-cell and per-interface values themselves, so collapsing them would drop the data.
+COMPRESSED_KINDS = frozenset({"syslog", "trace", "text"})
+
+
 def _repeat_key(line: str) -> str:
     for mask in _MASKS:
         line = mask.sub("#", line)
@@ -156,6 +161,10 @@ def _describe(record: TelemetryRecord) -> str:
     return f"{kinds.get(record.kind, record.kind)}{source}"
 
 
+def _collapsed(record: TelemetryRecord) -> str:
+    return " (repeated lines collapsed)" if record.kind in COMPRESSED_KINDS else ""
+
+
 def build_messages(
     record: TelemetryRecord,
     facts: Facts,
@@ -164,12 +173,14 @@ def build_messages(
 ) -> list[dict[str, str]]:
     """Chat messages for a one-pass summary: system + user (facts, then the de-duplicated body,
     trimmed to `body_token_limit` tokens by `count_tokens` or chars/4 when a limit is given)."""
-    body = compress_repeats(render_body(record))
+    body = render_body(record)
+    if record.kind in COMPRESSED_KINDS:
+        body = compress_repeats(body)
     if body_token_limit is not None:
         body = trim_to_tokens(body, body_token_limit, count_tokens)
     user = (
         f"Record type: {_describe(record)}.\nFacts extracted from it:\n{render_facts(facts)}\n\n"
-        f"Record (repeated lines collapsed):\n{body}\n\n"
+        f"Record{_collapsed(record)}:\n{body}\n\n"
         f"Summarise this for the on-call operator in one or two sentences. {ANSWER_SHAPE}"
     )
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
@@ -184,8 +195,8 @@ def build_chunk_messages(
         raise ValueError(f"chunk index must be in 1..{total} (1-based), got {index}")
     user = (
         f"Record type: {_describe(record)}.\n"
-        f"Part {index} of {total} of the record (repeated lines collapsed):\n"
-        f"{compress_repeats(chunk_text)}\n\n"
+        f"Part {index} of {total} of the record{_collapsed(record)}:\n"
+        f"{compress_repeats(chunk_text) if record.kind in COMPRESSED_KINDS else chunk_text}\n\n"
         "In one or two sentences, say which elements had which problems in this part, "
         "how severe, and when."
     )
