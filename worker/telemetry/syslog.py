@@ -29,7 +29,7 @@ ROUTINE = (
     ("chronyd", "NTP", 6, "NTP synchronised to {ip} stratum 2, offset {n} us"),
     ("pmd", "UPLOAD", 6, "PM file A{n}.xml uploaded to collector"),
     ("ngap", "SCTP", 6, "SCTP association to {amf} established, streams {port}"),
-    ("licd", "LICENSE", 6, "license check passed, {n} of 4000 capacity units used"),
+    ("licd", "LICENSE", 6, "license check passed, {port}00 of 4000 capacity units used"),
     ("kernel", "-", 7, "eth{port}: link speed 25000 Mb/s full duplex"),
 )
 FACILITY = 16  # local0
