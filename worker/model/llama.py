@@ -114,6 +114,12 @@ class LlamaModel(nn.Module):
             self.lm_head.weight = self.embed_tokens.weight
         self.inv_freq = rope_inv_freq(cfg)  # fp32 [D/2]; a plain attribute so meta-device builds keep it
 
+    def set_backend(self, backend: AttentionBackend) -> None:
+        """Use another attention backend from the next forward on (same weights; for checks and benchmarks)."""
+        self.backend = backend
+        for layer in self.layers:
+            layer.self_attn.backend = backend
+
     def tie_weights(self) -> None:
         """Re-share lm_head with the embedding after the parameters were materialised (tied configs only)."""
         if self.cfg.tie_word_embeddings:

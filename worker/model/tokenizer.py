@@ -7,12 +7,16 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
 
 def load_tokenizer(source: str | Path):
     """The transformers tokenizer of a model folder or .gguf file; raises ValueError if it has none or no chat template."""
     from transformers import AutoTokenizer
 
     source = Path(source)
+    if source.is_dir() and not any((source / f).is_file() for f in _TOKENIZER_FILES):
+        raise ValueError(f"{source}: no usable tokenizer (none of {', '.join(_TOKENIZER_FILES)})")
     try:
         if source.suffix == ".gguf":
             tok = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)

@@ -1,0 +1,100 @@
+"""Backend selection, and the FlashAttention-2 call plumbing checked on CPU against stand-in kernels.
+
+The stand-ins implement FA2's documented semantics (keys of sequence b are rows cu_seq_k[b] onward,
+seqused_k[b] of them when given, causal mask aligned bottom-right), so the model run through the
+torch_fa2 backend must give the sdpa backend's logits; the real kernels run in bench/gpu_check_model.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch.nn.attention.varlen as varlen_module
+from worker.model import KVCache, ModelConfig, random_model, select_backend
+from worker.model.attention import SdpaBackend, TorchFa2Backend
+
+from .helpers import rel_err, run_packed
+
+
+def test_select_backend_cpu_default_is_sdpa():
+    assert select_backend("cpu").name == "sdpa"
+
+
+def test_select_backend_override_sdpa_honoured():
+    assert isinstance(select_backend("cpu", "sdpa"), SdpaBackend)
+
+
+def test_select_backend_unknown_name_raises():
+    with pytest.raises(ValueError, match="unknown attention backend 'fa9'.*flash_attn, torch_fa2, sdpa"):
+        select_backend("cpu", "fa9")
+
+
+@pytest.mark.parametrize("name", ["torch_fa2", "flash_attn"])
+def test_select_backend_gpu_only_name_on_cpu_raises(name):
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        select_backend("cpu", name)
+
+
+def _fa2_reference(q, k, v, cu_q, cu_k, max_q, max_k, scale, seqused_k=None):
+    assert cu_q.dtype == torch.int32 and cu_k.dtype == torch.int32 and cu_q.shape == cu_k.shape
+    assert int(cu_k[-1]) <= k.shape[0] and k.shape == v.shape and q.shape[1] % k.shape[1] == 0
+    out = torch.full_like(q, float("nan"))
+    for b in range(cu_q.shape[0] - 1):
+        q_lo, q_hi, k_lo = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b])
+        len_k = int(seqused_k[b]) if seqused_k is not None else int(cu_k[b + 1]) - k_lo
+        assert q_hi - q_lo <= max_q and len_k <= max_k
+        len_q = q_hi - q_lo
+        mask = torch.arange(len_k)[None, :] <= torch.arange(len_q)[:, None] + (len_k - len_q)
+        o = F.scaled_dot_product_attention(
+            q[q_lo:q_hi].transpose(0, 1)[None], k[k_lo:k_lo + len_k].transpose(0, 1)[None],
+            v[k_lo:k_lo + len_k].transpose(0, 1)[None], attn_mask=mask, scale=scale, enable_gqa=True)
+        out[q_lo:q_hi] = o[0].transpose(0, 1)
+    return out
+
+
+def fake_flash_attention_forward(q, k, v, cu_q, cu_k, max_q, max_k, dropout_p, is_causal, return_debug_mask,
+                                 *, scale=None, window_size_left=None, window_size_right=None,
+                                 seqused_k=None, alibi_slopes=None):
+    assert dropout_p == 0.0 and is_causal is True and return_debug_mask is False
+    assert seqused_k is None or seqused_k.dtype == torch.int32
+    out = _fa2_reference(q, k, v, cu_q, cu_k, max_q, max_k, scale, seqused_k)
+    return out, None, None, None, None
+
+
+def fake_varlen_attn_212(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None,
+                         window_size=(-1, -1), enable_gqa=False):
+    assert window_size == (-1, 0), "prefill must be causal"
+    assert enable_gqa == (key.shape[1] != query.shape[1]), "2.12+ needs enable_gqa exactly for GQA"
+    return _fa2_reference(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale)
+
+
+def fake_varlen_attn_211(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None,
+                         window_size=(-1, -1)):
+    assert window_size == (-1, 0), "prefill must be causal"
+    return _fa2_reference(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale)
+
+
+@pytest.mark.parametrize("varlen", [fake_varlen_attn_212, fake_varlen_attn_211], ids=["torch2.12", "torch2.11"])
+def test_torch_fa2_backend_plumbing_matches_sdpa(varlen, monkeypatch):
+    monkeypatch.setattr(varlen_module, "varlen_attn", varlen)
+    monkeypatch.setattr(torch.ops.aten, "_flash_attention_forward", fake_flash_attention_forward)
+    lm = random_model(ModelConfig.tiny("llama", num_layers=2), device="cpu", seed=5)
+    model = lm.model
+    gen = torch.Generator().manual_seed(0)
+    seqs = [torch.randint(0, 256, (n,), generator=gen) for n in (9, 21, 3)]
+
+    def prefill_chunk_decode():
+        kv = KVCache.allocate(model.cfg, 3 * 64, torch.float32, "cpu")
+        first, kv = run_packed(model, seqs, pad_lens=[7, 3, 5], kv=kv)  # from zero, with pads
+        more = [torch.randint(0, 256, (n,), generator=torch.Generator().manual_seed(1)) for n in (6, 1, 1)]
+        second, kv = run_packed(model, more, ctx_lens=[len(s) for s in seqs], kv=kv)  # tape: chunk + decode
+        return torch.cat([torch.cat(first), torch.cat(second)])
+
+    model.set_backend(SdpaBackend())
+    expected = prefill_chunk_decode()
+    model.set_backend(TorchFa2Backend())
+    got = prefill_chunk_decode()
+    assert not torch.isnan(got).any()
+    assert rel_err(got, expected) < 1e-5
