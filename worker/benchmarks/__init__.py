@@ -1,0 +1,1 @@
+"""Benchmarks behind `telesum bench ...`, and the reference implementations they compare against."""
