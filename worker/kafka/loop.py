@@ -15,6 +15,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import msgspec
+
 from kafka import TopicPartition
 from kafka.errors import KafkaError, MessageSizeTooLargeError
 
@@ -24,7 +26,7 @@ from worker.kafka.offsets import OffsetTracker
 from worker.kafka.records import (Output, Source, dead_letter_output, decode_message, failure_reason,
                                   summary_output)
 from worker.kafka.settings import WorkerSettings
-from worker.messages import InvalidRecord, Summary, TelemetryRecord
+from worker.messages import DeadLetter, InvalidRecord, Summary, TelemetryRecord
 
 log = logging.getLogger(__name__)
 
@@ -278,9 +280,6 @@ def _too_large(error: BaseException) -> bool:
 
 def _original_of(output: Output) -> bytes:
     """The original input bytes carried by a dead-letter output (or the output itself for a summary)."""
-    import msgspec
-
-    from worker.messages import DeadLetter
     try:
         return msgspec.json.decode(output.value, type=DeadLetter).original
     except msgspec.DecodeError:

@@ -68,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
     from worker.kafka.loop import KafkaWorker
 
     settings = WorkerSettings.from_sources(args)
+    if not getattr(args, "verbose", False):  # kafka-python logs every connection at INFO
+        logging.getLogger("kafka").setLevel(logging.WARNING)
     stop = threading.Event()
     install_signal_handlers(stop)
     loaded = load(settings)
