@@ -19,7 +19,7 @@ import torch
 
 from worker.dispatch import Backpressure
 from worker.engine.engine import Engine
-from worker.engine.errors import ContextTooLong
+from worker.engine.errors import ContextTooLong, EngineClosed
 from worker.engine.kv_arena import KVArena
 from worker.engine.long_inputs import merge_prompt, plan_chunk_prompts
 from worker.engine.runner import ModelRunner
@@ -111,6 +111,12 @@ class Summarizer:
             while self._thread.is_alive() and (deadline is None or time.monotonic() < deadline):
                 self._thread.join(_JOIN_POLL_S)
         self._pump(0.0)
+        with self._lock:  # hierarchical pieces or merges that never reached the engine
+            stranded = {id(r): r for r, _, _ in self._deferred if not r.failed}
+            self._deferred.clear()
+        for req in stranded.values():
+            req.failed = True
+            self._push(req.request_id, EngineClosed("the summarizer closed before this record finished"))
 
     # -- requests ---------------------------------------------------------------------------
     def tokenize(self, messages: list[dict[str, str]]) -> list[int]:
@@ -144,8 +150,8 @@ class Summarizer:
         self._retry_deferred()
 
     def _add(self, req: _Request, prompt: list[int], piece: int) -> None:
-        seq = self.engine.add(prompt, self.params)
-        with self._lock:
+        with self._lock:  # held across add so the sequence is owned before it can finish
+            seq = self.engine.add(prompt, self.params)
             self._owners[seq.seq_id] = (req, piece)
         req.prompt_tokens += len(prompt)
 
@@ -160,6 +166,9 @@ class Summarizer:
                     self._add(req, prompt, piece)
                 except Backpressure:
                     return
+                except Exception as exc:  # closed, or a prompt the engine refuses: the record fails
+                    req.failed = True
+                    self._push(req.request_id, exc)
             with self._lock:
                 self._deferred.popleft()
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import sys
 import threading
-import types
 from dataclasses import dataclass
 
 import pytest
@@ -13,16 +11,7 @@ import torch
 from worker.model.attention import SdpaBackend
 from worker.model.config import ModelConfig
 from worker.model.llama import LlamaModel
-
-try:  # the real dispatcher's exceptions when it is there
-    from worker.dispatch import Backpressure, DispatcherClosed, SequenceTooLong
-except ImportError:  # pragma: no cover - until worker/dispatch.py lands
-    class Backpressure(RuntimeError): ...
-    class DispatcherClosed(RuntimeError): ...
-    class SequenceTooLong(ValueError): ...
-    _mod = types.ModuleType("worker.dispatch")
-    _mod.Backpressure, _mod.DispatcherClosed, _mod.SequenceTooLong = Backpressure, DispatcherClosed, SequenceTooLong
-    sys.modules["worker.dispatch"] = _mod
+from worker.dispatch import DispatcherClosed, SequenceTooLong
 
 
 @dataclass(frozen=True)
