@@ -110,16 +110,21 @@ void Dispatcher::submit(int64_t seq_id, const int32_t* tokens, int64_t len, int6
                                    " tokens; one bin holds " + std::to_string(config_.token_budget) +
                                    " (alignment " + std::to_string(config_.alignment) + ")");
     }
-    // The one copy of the caller's tokens, made outside the lock.
-    Pending p{seq_id, len, max_new_tokens, 0.0, std::unique_ptr<int32_t[]>(new int32_t[len])};
-    std::memcpy(p.tokens.get(), tokens, static_cast<size_t>(len) * sizeof(int32_t));
+    // The one copy of the caller's tokens, made outside the queue lock.
+    Pending p{seq_id, len, max_new_tokens, 0.0, pool_.acquire(len)};
+    std::memcpy(p.tokens.data, tokens, static_cast<size_t>(len) * sizeof(int32_t));
 
-    std::lock_guard<std::mutex> lk(mu_);
-    if (closing_) throw ClosedError("dispatcher is closed: submit refused");
-    if (!started_) throw NotStartedError("dispatcher not started: call start() first");
-    if (queued_tokens_ + len > config_.queue_capacity_tokens) {
-        ++stats_.backpressure_events;
-        throw BackpressureError("queue full: " + std::to_string(queued_tokens_) + " of " +
+    std::unique_lock<std::mutex> lk(mu_);
+    const bool closed = closing_, not_started = !started_;
+    const bool full = queued_tokens_ + len > config_.queue_capacity_tokens;
+    if (closed || not_started || full) {
+        const int64_t queued = queued_tokens_;
+        if (!closed && !not_started) ++stats_.backpressure_events;
+        lk.unlock();
+        pool_.give_back(&p.tokens, 1);
+        if (closed) throw ClosedError("dispatcher is closed: submit refused");
+        if (not_started) throw NotStartedError("dispatcher not started: call start() first");
+        throw BackpressureError("queue full: " + std::to_string(queued) + " of " +
                                 std::to_string(config_.queue_capacity_tokens) + " tokens waiting");
     }
     p.arrival_s = now_s();

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "ffd.h"
+#include "token_pool.h"
 #include "window.h"
 
 namespace telesum {
@@ -131,7 +132,7 @@ private:
         int64_t len;
         int64_t max_new_tokens;
         double arrival_s;
-        std::unique_ptr<int32_t[]> tokens;  // the submit-time copy, read once into a slot
+        TokenPool::Block tokens;  // the submit-time copy, read once into a slot, then given back
     };
     enum class SlotState { kFree, kWriting, kReady, kHandedOut };
 
@@ -173,8 +174,13 @@ private:
     DispatcherStats stats_;               // (mu_) cumulative part
     double wait_sum_s_ = 0.0;             // (mu_)
 
+    TokenPool pool_;  // thread-safe on its own
+
     // Packing thread only.
     FfdPacker packer_;
+    std::vector<TokenPool::Block> done_blocks_;
+    std::vector<int> round_slots_;
+    std::vector<BinInfo> round_infos_;
     std::vector<Pending> carried_;        // absorbed, not yet in a bin, arrival order
     std::vector<Pending> absorb_buf_;
     std::vector<int64_t> spans_;

@@ -83,7 +83,8 @@ void Dispatcher::pack_round_unlocked(PackAction action, int free_slots) {
     emit = std::min(emit, static_cast<size_t>(free_slots));
     if (emit == 0) return;
 
-    std::vector<int> slots(emit);
+    std::vector<int>& slots = round_slots_;
+    slots.resize(emit);
     {
         std::lock_guard<std::mutex> lk(mu_);
         for (size_t b = 0; b < emit; ++b) {
@@ -93,7 +94,8 @@ void Dispatcher::pack_round_unlocked(PackAction action, int free_slots) {
         }
     }
 
-    std::vector<BinInfo> infos(emit);
+    std::vector<BinInfo>& infos = round_infos_;
+    infos.resize(emit);
     for (size_t b = 0; b < emit; ++b) write_bin(b, slots[b], infos[b]);
 
     // Carry the sequences of the bins not emitted, keeping arrival order; free the written ones.
@@ -105,6 +107,7 @@ void Dispatcher::pack_round_unlocked(PackAction action, int free_slots) {
         for (size_t k = packer_.bin_begin(b); k < packer_.bin_end(b); ++k) {
             const Pending& p = carried_[static_cast<size_t>(packer_.bin_items()[k])];
             emitted_[static_cast<size_t>(packer_.bin_items()[k])] = 1;
+            done_blocks_.push_back(p.tokens);
             wait_sum += now - p.arrival_s;
             wait_max = std::max(wait_max, now - p.arrival_s);
         }
@@ -117,7 +120,9 @@ void Dispatcher::pack_round_unlocked(PackAction action, int free_slots) {
         if (!emitted_[i]) keep_buf_.push_back(std::move(carried_[i]));
     }
     carried_.swap(keep_buf_);
-    keep_buf_.clear();  // frees the emitted sequences' token copies
+    keep_buf_.clear();
+    pool_.give_back(done_blocks_.data(), done_blocks_.size());
+    done_blocks_.clear();
 
     std::lock_guard<std::mutex> lk(mu_);
     for (size_t b = 0; b < emit; ++b) {
@@ -144,7 +149,7 @@ void Dispatcher::write_bin(size_t bin, int slot, BinInfo& info) const {
     for (size_t j = packer_.bin_begin(bin); j < packer_.bin_end(bin); ++j, ++k) {
         const Pending& p = carried_[static_cast<size_t>(packer_.bin_items()[j])];
         const int64_t span = align_up(p.len, config_.alignment);
-        std::memcpy(s.input_ids + pos, p.tokens.get(), static_cast<size_t>(p.len) * sizeof(int32_t));
+        std::memcpy(s.input_ids + pos, p.tokens.data, static_cast<size_t>(p.len) * sizeof(int32_t));
         std::fill(s.input_ids + pos + p.len, s.input_ids + pos + span, config_.pad_id);
         // Positions restart at 0 per sequence; pads continue the count (they are never attended).
         std::memcpy(s.position_ids + pos, iota_.data(), static_cast<size_t>(span) * sizeof(int32_t));
