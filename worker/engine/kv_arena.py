@@ -99,8 +99,3 @@ class KVArena:
     @property
     def capacity_rows(self) -> int:
         return self.slabs.capacity
-
-    @staticmethod
-    def bytes_per_row(cfg, dtype_size: int) -> int:
-        """Bytes one tape row costs over all layers (K and V)."""
-        return 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * dtype_size

@@ -1,0 +1,43 @@
+"""Scheduler decisions without a model: bin admission, holding, chunk/decode alternation."""
+
+from worker.engine.kv_arena import SlabAllocator
+from worker.engine.scheduler import Decode, PrefillBin, PrefillChunk, Scheduler
+from worker.engine.sequence import SamplingParams, Sequence
+
+
+def _seq(i: int, n: int, new: int = 4) -> Sequence:
+    return Sequence(i, list(range(3, 3 + n)), SamplingParams(max_new_tokens=new))
+
+
+def test_scheduler_holds_bin_until_slabs_free_then_admits():
+    sched = Scheduler(SlabAllocator(30), eos_ids=(), chunk_tokens=8)
+    a, b = _seq(0, 10), _seq(1, 10)
+    sched.add_bin("bin-a", [a])
+    plan = sched.schedule()
+    assert isinstance(plan, PrefillBin) and a.slab_start == 0
+    sched.postprocess(plan, [100])
+    sched.add_bin("bin-b", [b, _seq(2, 10)])  # 28 rows > 16 free
+    assert isinstance(sched.schedule(), Decode) and sched.is_holding_bin
+    for token in (101, 102, 103):  # a finishes after 4 tokens and frees its slab
+        finished = sched.postprocess(Decode([a]), [token])
+    assert finished == [a] and a.output == [100, 101, 102, 103] and a.finish_reason == "length"
+    plan = sched.schedule()
+    assert isinstance(plan, PrefillBin) and plan.bin == "bin-b" and sched.slabs.num_used_rows == 28
+
+
+def test_scheduler_long_input_chunks_alternate_with_decode():
+    sched = Scheduler(SlabAllocator(100), eos_ids=(), chunk_tokens=8)
+    short, long = _seq(0, 4, new=10), _seq(1, 20)
+    sched.add_bin("bin", [short])
+    sched.postprocess(sched.schedule(), [50])
+    sched.add_long(long)
+    kinds = []
+    while not long.output:
+        plan = sched.schedule()
+        kinds.append(type(plan).__name__)
+        if isinstance(plan, PrefillChunk):
+            sched.postprocess(plan, [60] if plan.is_last else [])
+        else:
+            sched.postprocess(plan, [51] * len(plan.seqs))
+    assert kinds == ["PrefillChunk", "Decode", "PrefillChunk", "Decode", "PrefillChunk"]
+    assert long.num_prefilled == 20 and long.slab_start >= 0 and long in sched.running
