@@ -1,0 +1,77 @@
+"""GPU check of the engine (run by hand on a CUDA host; not collected by pytest).
+
+Same random weights (SmolLM2 shape, bf16): torch_fa2 packed vs torch_fa2 solo vs sdpa packed,
+through the real BinDispatcher (pinned slots, side-stream copies); then a Summarizer-free docs/s
+figure for continuous batching. Prints JSON lines.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+
+import torch
+
+from worker.dispatch import BinDispatcher
+from worker.engine.engine import Engine
+from worker.engine.kv_arena import KVArena
+from worker.engine.runner import ModelRunner
+from worker.engine.sequence import SamplingParams
+from worker.model import ModelConfig, random_model
+
+SMOL = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30, num_heads=9,
+            num_kv_heads=3, head_dim=64, rope_theta=100000.0, max_position_embeddings=8192,
+            tie_word_embeddings=True, eos_token_ids=())
+
+
+def run(loaded, prompts, max_new, budget, rows):
+    dispatcher = BinDispatcher(budget, alignment=16, num_slots=3, max_seqs_per_bin=512,
+                               queue_capacity_tokens=1 << 24)
+    arena = KVArena(loaded.config, rows, dtype=loaded.dtype, device=loaded.device)
+    engine = Engine(ModelRunner(loaded.model, arena.cache, loaded.device), dispatcher, arena.slabs,
+                    eos_ids=(), max_context=loaded.config.max_position_embeddings)
+    dispatcher.start()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    seqs = [engine.add(p, SamplingParams(max_new_tokens=max_new)) for p in prompts]
+    steps = 0
+    while not all(s.is_done for s in seqs):
+        engine.step()
+        steps += 1
+    torch.cuda.synchronize()
+    wall = time.perf_counter() - t0
+    dispatcher.close()
+    errors = [repr(s.error) for s in seqs if s.error]
+    assert arena.slabs.num_used_rows == 0
+    return [s.output for s in seqs], wall, steps, errors
+
+
+def main() -> None:
+    cfg = ModelConfig.tiny(**SMOL)
+    rng = random.Random(0)
+    prompts = [[rng.randrange(3, 49152) for _ in range(rng.randint(20, 1500))] for _ in range(48)]
+    fa2 = random_model(cfg, device="cuda", backend="torch_fa2", seed=0)
+    sdpa = random_model(cfg, device="cuda", backend="sdpa", seed=0)
+    packed, wall, steps, err = run(fa2, prompts, 16, 8192, 200_000)
+    print(json.dumps({"check": "fa2_packed", "wall_s": round(wall, 3), "steps": steps, "errors": err[:3]}))
+    solo = [run(fa2, [p], 16, 8192, 20_000)[0][0] for p in prompts[:12]]
+    ref, _, _, err2 = run(sdpa, prompts, 16, 8192, 200_000)
+    same = lambda a, b: sum(x == y for x, y in zip(a, b))  # noqa: E731
+    first = lambda a, b: sum(x[:1] == y[:1] for x, y in zip(a, b))  # noqa: E731
+    print(json.dumps({"check": "packed_vs_solo_fa2", "equal_seqs": same(packed[:12], solo), "of": 12,
+                      "equal_first_token": first(packed[:12], solo)}))
+    print(json.dumps({"check": "fa2_vs_sdpa_packed", "equal_seqs": same(packed, ref), "of": len(prompts),
+                      "equal_first_token": first(packed, ref), "sdpa_errors": err2[:3]}))
+    # continuous batching throughput: 400 prompts, 128 new tokens
+    many = [[rng.randrange(3, 49152) for _ in range(rng.choice([rng.randint(60, 170), rng.randint(2300, 2600)]))]
+            for _ in range(400)]
+    _, wall, steps, err = run(fa2, many, 128, 65536, 600_000)
+    print(json.dumps({"check": "throughput_smollm2_shape", "docs": 400, "new_tokens": 128, "wall_s": round(wall, 2),
+                      "docs_per_s": round(400 / wall, 2), "steps": steps, "errors": err[:3]}))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
