@@ -41,6 +41,8 @@ PYBIND11_MODULE(_native, m) {
              py::arg("max_new_tokens"))
         .def("start", &PyDispatcher::start)
         .def("submit", &PyDispatcher::submit, py::arg("seq_id"), py::arg("tokens"), py::arg("max_new_tokens"))
+        .def("submit_many", &PyDispatcher::submit_many, py::arg("seq_ids"), py::arg("tokens"),
+             py::arg("max_new_tokens"))
         .def("wait_for_room", &PyDispatcher::wait_for_room, py::arg("tokens"), py::arg("timeout") = py::none())
         .def("next_bin", &PyDispatcher::next_bin, py::arg("timeout") = py::none())
         .def("release", &PyDispatcher::release, py::arg("slot"))

@@ -100,42 +100,76 @@ void Dispatcher::kick_locked() {
     }
 }
 
-void Dispatcher::submit(int64_t seq_id, const int32_t* tokens, int64_t len, int64_t max_new_tokens) {
-    if (len <= 0) throw std::invalid_argument("empty sequence (seq_id " + std::to_string(seq_id) + ")");
-    if (max_new_tokens < 0 || max_new_tokens > std::numeric_limits<int32_t>::max()) {
-        throw std::invalid_argument("max_new_tokens must be in [0, 2^31), got " + std::to_string(max_new_tokens));
+void Dispatcher::check_item(const SubmitItem& item) const {
+    if (item.len <= 0) throw std::invalid_argument("empty sequence (seq_id " + std::to_string(item.seq_id) + ")");
+    if (item.max_new_tokens < 0 || item.max_new_tokens > std::numeric_limits<int32_t>::max()) {
+        throw std::invalid_argument("max_new_tokens must be in [0, 2^31), got " + std::to_string(item.max_new_tokens));
     }
-    if (align_up(len, config_.alignment) > config_.token_budget) {
-        throw SequenceTooLongError("sequence " + std::to_string(seq_id) + " has " + std::to_string(len) +
+    if (align_up(item.len, config_.alignment) > config_.token_budget) {
+        throw SequenceTooLongError("sequence " + std::to_string(item.seq_id) + " has " + std::to_string(item.len) +
                                    " tokens; one bin holds " + std::to_string(config_.token_budget) +
                                    " (alignment " + std::to_string(config_.alignment) + ")");
     }
-    // The one copy of the caller's tokens, made outside the queue lock.
-    Pending p{seq_id, len, max_new_tokens, 0.0, pool_.acquire(len)};
-    std::memcpy(p.tokens.data, tokens, static_cast<size_t>(len) * sizeof(int32_t));
+}
 
+void Dispatcher::submit(int64_t seq_id, const int32_t* tokens, int64_t len, int64_t max_new_tokens) {
+    const SubmitItem item{seq_id, tokens, len, max_new_tokens};
+    submit_many(&item, 1);
+}
+
+size_t Dispatcher::submit_many(const SubmitItem* items, size_t n) {
+    if (n == 0) return 0;
+    for (size_t i = 0; i < n; ++i) check_item(items[i]);
+    {
+        // Copy only the prefix that fits now: room only grows, except by other producers' submits.
+        std::lock_guard<std::mutex> lk(mu_);
+        int64_t room = config_.queue_capacity_tokens - queued_tokens_;
+        size_t fits = 0;
+        while (fits < n && items[fits].len <= room) room -= items[fits++].len;
+        if (fits == 0 && started_ && !closing_) {
+            ++stats_.backpressure_events;
+            throw BackpressureError("queue full: " + std::to_string(queued_tokens_) + " of " +
+                                    std::to_string(config_.queue_capacity_tokens) + " tokens waiting");
+        }
+        n = std::max<size_t>(fits, 1);
+    }
+    // The one copy of each caller's tokens, made outside the queue lock.
+    thread_local std::vector<Pending> copies;  // reused: no allocation per call
+    copies.clear();
+    for (size_t i = 0; i < n; ++i) {
+        copies.push_back({items[i].seq_id, items[i].len, items[i].max_new_tokens, 0.0, pool_.acquire(items[i].len)});
+        std::memcpy(copies.back().tokens.data, items[i].tokens, static_cast<size_t>(items[i].len) * sizeof(int32_t));
+    }
     std::unique_lock<std::mutex> lk(mu_);
     const bool closed = closing_, not_started = !started_;
-    const bool full = queued_tokens_ + len > config_.queue_capacity_tokens;
-    if (closed || not_started || full) {
-        const int64_t queued = queued_tokens_;
-        if (!closed && !not_started) ++stats_.backpressure_events;
-        lk.unlock();
-        pool_.give_back(&p.tokens, 1);
-        if (closed) throw ClosedError("dispatcher is closed: submit refused");
-        if (not_started) throw NotStartedError("dispatcher not started: call start() first");
+    size_t accepted = 0;
+    if (!closed && !not_started) {
+        const double now = now_s();
+        for (; accepted < n && queued_tokens_ + copies[accepted].len <= config_.queue_capacity_tokens; ++accepted) {
+            Pending& p = copies[accepted];
+            p.arrival_s = now;
+            queued_tokens_ += p.len;
+            queued_seqs_ += 1;
+            arrived_tokens_ += p.len;
+            incoming_.push_back(std::move(p));
+        }
+        stats_.sequences_submitted += static_cast<int64_t>(accepted);
+        if (accepted == 0) ++stats_.backpressure_events;
+        if (accepted > 0 && (queued_seqs_ == static_cast<int64_t>(accepted) || queued_tokens_ >= window_.wake_tokens() ||
+                             queued_seqs_ >= window_.wake_seqs())) {
+            kick_locked();
+        }
+    }
+    const int64_t queued = queued_tokens_;
+    lk.unlock();
+    for (size_t i = accepted; i < n; ++i) pool_.give_back(&copies[i].tokens, 1);
+    if (closed) throw ClosedError("dispatcher is closed: submit refused");
+    if (not_started) throw NotStartedError("dispatcher not started: call start() first");
+    if (accepted == 0) {
         throw BackpressureError("queue full: " + std::to_string(queued) + " of " +
                                 std::to_string(config_.queue_capacity_tokens) + " tokens waiting");
     }
-    p.arrival_s = now_s();
-    incoming_.push_back(std::move(p));
-    queued_tokens_ += len;
-    queued_seqs_ += 1;
-    arrived_tokens_ += len;
-    stats_.sequences_submitted += 1;
-    if (queued_seqs_ == 1 || queued_tokens_ >= window_.wake_tokens() || queued_seqs_ >= window_.wake_seqs()) {
-        kick_locked();
-    }
+    return accepted;
 }
 
 bool Dispatcher::wait_for_room(int64_t tokens, std::optional<double> timeout_s) {

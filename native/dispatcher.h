@@ -107,6 +107,16 @@ public:
     // (queue full: retry later), SequenceTooLongError (aligned span > token_budget),
     // std::invalid_argument (empty sequence, negative max_new_tokens). Never blocks. Thread-safe.
     void submit(int64_t seq_id, const int32_t* tokens, int64_t len, int64_t max_new_tokens);
+    struct SubmitItem {
+        int64_t seq_id;
+        const int32_t* tokens;
+        int64_t len;
+        int64_t max_new_tokens;
+    };
+    // Submits items in order under one lock; returns how many (a prefix) fit in the queue. Checks
+    // every item first (same errors as submit(), nothing queued on error); raises BackpressureError
+    // only when not even the first fits. Never blocks. Thread-safe.
+    size_t submit_many(const SubmitItem* items, size_t n);
     // Waits until `tokens` more would fit in the queue; false on timeout or once closed. Thread-safe.
     bool wait_for_room(int64_t tokens, std::optional<double> timeout_s);
 
@@ -137,6 +147,7 @@ private:
     enum class SlotState { kFree, kWriting, kReady, kHandedOut };
 
     double now_s() const;
+    void check_item(const SubmitItem& item) const;
     void run();                                  // the packing thread
     void pack_round_unlocked(PackAction action, int free_slots);  // packing thread, mu_ not held
     void write_bin(size_t bin, int slot, BinInfo& info) const;    // packing thread, mu_ not held

@@ -73,32 +73,61 @@ int PyDispatcher::add_slot(py::object input_ids, py::object position_ids, py::ob
 
 void PyDispatcher::start() { dispatcher_->start(); }
 
-void PyDispatcher::submit(int64_t seq_id, py::handle tokens, int64_t max_new_tokens) {
-    BufferGuard g;
-    if (PyObject_GetBuffer(tokens.ptr(), &g.view, PyBUF_STRIDES | PyBUF_FORMAT) != 0) {
+namespace {
+
+// Borrows one tokens buffer; `gathered` receives a copy when the buffer is strided.
+const int32_t* borrow_tokens(py::handle tokens, Py_buffer& view, std::vector<int32_t>& gathered) {
+    if (PyObject_GetBuffer(tokens.ptr(), &view, PyBUF_STRIDES | PyBUF_FORMAT) != 0) {
         PyErr_Clear();
         throw py::type_error(std::string("tokens must be a 1-D int32 array, got ") + Py_TYPE(tokens.ptr())->tp_name);
     }
-    g.held = true;
-    if (!is_int_format(g.view.format, g.view.itemsize, 4)) {
-        throw py::type_error(std::string("tokens must be int32, got buffer format '") +
-                             (g.view.format ? g.view.format : "B") + "' of " + std::to_string(g.view.itemsize) +
+    if (!is_int_format(view.format, view.itemsize, 4)) {
+        const std::string fmt = view.format ? view.format : "B";
+        const auto itemsize = view.itemsize;
+        PyBuffer_Release(&view);
+        throw py::type_error("tokens must be int32, got buffer format '" + fmt + "' of " + std::to_string(itemsize) +
                              "-byte items");
     }
-    if (g.view.ndim != 1) {
-        throw py::value_error("tokens must be 1-D, got " + std::to_string(g.view.ndim) + " dimensions");
+    if (view.ndim != 1) {
+        const int ndim = view.ndim;
+        PyBuffer_Release(&view);
+        throw py::value_error("tokens must be 1-D, got " + std::to_string(ndim) + " dimensions");
     }
-    const int64_t len = g.view.shape[0];
-    const auto* data = static_cast<const int32_t*>(g.view.buf);
+    const int64_t len = view.shape[0];
+    if (view.strides[0] == 4 || len == 0) return static_cast<const int32_t*>(view.buf);
+    gathered.resize(static_cast<size_t>(len));
+    const char* base = static_cast<const char*>(view.buf);
+    for (int64_t i = 0; i < len; ++i) std::memcpy(&gathered[static_cast<size_t>(i)], base + i * view.strides[0], 4);
+    return gathered.data();
+}
+
+}  // namespace
+
+void PyDispatcher::submit(int64_t seq_id, py::handle tokens, int64_t max_new_tokens) {
+    BufferGuard g;
     std::vector<int32_t> gathered;  // only for strided input
-    if (g.view.strides[0] != 4 && len > 0) {
-        gathered.resize(static_cast<size_t>(len));
-        const char* base = static_cast<const char*>(g.view.buf);
-        for (int64_t i = 0; i < len; ++i) std::memcpy(&gathered[i], base + i * g.view.strides[0], 4);
-        data = gathered.data();
-    }
+    const int32_t* data = borrow_tokens(tokens, g.view, gathered);
+    g.held = true;
+    const int64_t len = g.view.shape[0];
     py::gil_scoped_release nogil;
     dispatcher_->submit(seq_id, data, len, max_new_tokens);
+}
+
+size_t PyDispatcher::submit_many(py::sequence seq_ids, py::sequence tokens, int64_t max_new_tokens) {
+    const size_t n = py::len(tokens);
+    if (py::len(seq_ids) != n) throw py::value_error("seq_ids and tokens differ in length");
+    std::vector<BufferGuard> guards(n);
+    std::vector<std::vector<int32_t>> gathered(n);
+    std::vector<Dispatcher::SubmitItem> items(n);
+    for (size_t i = 0; i < n; ++i) {
+        items[i].tokens = borrow_tokens(tokens[i], guards[i].view, gathered[i]);
+        guards[i].held = true;
+        items[i].len = guards[i].view.shape[0];
+        items[i].seq_id = seq_ids[i].cast<int64_t>();
+        items[i].max_new_tokens = max_new_tokens;
+    }
+    py::gil_scoped_release nogil;
+    return dispatcher_->submit_many(items.data(), n);
 }
 
 bool PyDispatcher::wait_for_room(int64_t tokens, std::optional<double> timeout_s) {

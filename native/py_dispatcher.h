@@ -29,6 +29,9 @@ public:
     void start();
     // `tokens`: a 1-D int32 buffer (numpy array). TypeError otherwise; ValueError if not 1-D.
     void submit(int64_t seq_id, pybind11::handle tokens, int64_t max_new_tokens);
+    // Submits a batch under one lock; returns how many (a prefix) were queued. Backpressure only
+    // when none fit. `max_new_tokens` applies to every sequence.
+    size_t submit_many(pybind11::sequence seq_ids, pybind11::sequence tokens, int64_t max_new_tokens);
     bool wait_for_room(int64_t tokens, std::optional<double> timeout_s);
     // (slot, num_seqs, num_tokens, num_real_tokens) or None on timeout.
     pybind11::object next_bin(std::optional<double> timeout_s);

@@ -121,6 +121,15 @@ class BinDispatcher:
             tokens = _as_int32_array(tokens)
         self._native.submit(seq_id, tokens, max_new_tokens)
 
+    def submit_many(self, seq_ids, tokens, max_new_tokens: int) -> int:
+        """Submits a batch under one lock (one GIL release); returns how many, a prefix, were queued.
+
+        Same checks as submit() for every sequence, nothing queued if one fails; raises Backpressure
+        only when not even the first fits. Thread-safe.
+        """
+        tokens = [t if type(t) is np.ndarray else _as_int32_array(t) for t in tokens]
+        return self._native.submit_many(seq_ids, tokens, max_new_tokens)
+
     def wait_for_room(self, num_tokens: int, timeout: float | None) -> bool:
         """Blocks until `num_tokens` more fit the queue; False on timeout or after close."""
         return self._native.wait_for_room(num_tokens, timeout)

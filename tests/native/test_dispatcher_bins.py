@@ -97,3 +97,19 @@ def test_bin_dispatcher_defaults_match_interface() -> None:
     assert d.token_budget == 65536 and len(d._slots) == 3
     assert d._slots[0].input_ids.shape == (65536,) and d._slots[0].seq_ids.shape == (1024,)
     d.close()
+
+
+def test_dispatcher_submit_many_queues_prefix_that_fits(make_dispatcher) -> None:
+    from worker.dispatch import Backpressure
+
+    d = make_dispatcher(256, queue_capacity_tokens=256, latency_cap_s=60.0, num_slots=2)
+    seqs = {i: np.full(100, i, dtype=np.int32) for i in range(4)}
+    assert d.submit_many([0, 1, 2, 3], [seqs[i] for i in range(4)], 5) == 2  # 200 of 256 tokens
+    with pytest.raises(Backpressure):
+        d.submit_many([2, 3], [seqs[2], seqs[3]], 5)
+    with pytest.raises(ValueError, match="empty"):
+        d.submit_many([8, 9], [np.ones(1, np.int32), np.ones(0, np.int32)], 5)
+    bins = drain(d)
+    assert sorted(s for b in bins for s in b["seq_ids"].tolist()) == [0, 1]
+    for b in bins:
+        check_bin(b, seqs, {i: 5 for i in seqs}, token_budget=256, alignment=16)
