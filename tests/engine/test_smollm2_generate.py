@@ -21,10 +21,36 @@ QUESTIONS = [
 ]
 
 
+def _transformers_twin(ours):
+    """A transformers LlamaForCausalLM holding our loaded weights (saves dequantising the GGUF twice;
+    the loader's own parity with transformers is the model tests' business)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = ours.config
+    raw = cfg.to_hf_config()
+    hf = AutoModelForCausalLM.from_config(AutoConfig.for_model(raw.pop("model_type"), **raw),
+                                          dtype=torch.float32, attn_implementation="sdpa").eval()
+    state = {}
+    for name, tensor in ours.model.state_dict().items():
+        if ".qkv_proj." in name:
+            q, k, v = tensor.split([cfg.q_size, cfg.kv_size, cfg.kv_size])
+            for part, t in zip("qkv", (q, k, v)):
+                state["model." + name.replace("qkv_proj", f"{part}_proj")] = t
+        elif ".gate_up_proj." in name:
+            gate, up = tensor.chunk(2)
+            state["model." + name.replace("gate_up_proj", "gate_proj")] = gate
+            state["model." + name.replace("gate_up_proj", "up_proj")] = up
+        elif name.startswith("lm_head."):
+            state[name] = tensor
+        else:
+            state["model." + name] = tensor
+    missing, unexpected = hf.load_state_dict(state, strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+    return hf
+
+
 @pytest.mark.slow
 def test_engine_greedy_equals_transformers_generate_on_smollm2():
-    from transformers import AutoModelForCausalLM
-
     from worker.model import embedded_model_path, load_model
 
     path = embedded_model_path()
@@ -32,8 +58,7 @@ def test_engine_greedy_equals_transformers_generate_on_smollm2():
     tok = ours.tokenizer
     prompts = [tok(tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
                                            tokenize=False), add_special_tokens=False)["input_ids"] for q in QUESTIONS]
-    torch.set_num_threads(2)
-    hf = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+    hf = _transformers_twin(ours)
     expected = []
     for p in prompts:
         out = hf.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
