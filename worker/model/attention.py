@@ -33,6 +33,9 @@ class AttentionMetadata:
     max_seqlen_k: int
     slot_mapping: torch.Tensor  # int64 [T] tape row of each token's K/V; -1 = don't write (pad)
     is_prefill_from_zero: bool  # every sequence starts at position 0 in this pass
+    # int32 [B+1]: slab starts then the tape length, for FA2 over the tape. Derived on the device once per
+    # pass (LlamaModel.forward fills it when None) so no layer builds it again.
+    cu_seqlens_k: torch.Tensor | None = None
 
     @property
     def num_seqs(self) -> int:
@@ -173,10 +176,16 @@ class TorchFa2Backend(AttentionBackend):
         return self._varlen_attn(q, k, v, cu, cu, meta.max_seqlen_q, meta.max_seqlen_q, **kwargs)
 
 
+def tape_cu_seqlens_k(slab_starts: torch.Tensor, tape_rows: int) -> torch.Tensor:
+    """int32 [B+1]: slab_starts [B] followed by tape_rows; one device kernel, no host->device copy."""
+    return F.pad(slab_starts.to(torch.int32), (0, 1), value=tape_rows)
+
+
 def tape_attention(q, k_tape, v_tape, meta: AttentionMetadata, scale: float) -> torch.Tensor:
     """FA2 over per-sequence slabs of the tape: cu_seq_k = slab starts then the tape length, seqused_k = fill."""
-    tape_len = torch.tensor([k_tape.shape[0]], dtype=torch.int32, device=q.device)
-    cu_k = torch.cat([meta.slab_starts.to(torch.int32), tape_len])  # [B+1]
+    cu_k = meta.cu_seqlens_k
+    if cu_k is None:
+        cu_k = tape_cu_seqlens_k(meta.slab_starts, k_tape.shape[0])  # [B+1]
     out = torch.ops.aten._flash_attention_forward(
         q, k_tape, v_tape, meta.cu_seqlens_q, cu_k, meta.max_seqlen_q, meta.max_seqlen_k,
         0.0, True, False, scale=scale, seqused_k=meta.seqused_k)

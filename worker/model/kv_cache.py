@@ -37,11 +37,24 @@ class KVCache:
     def num_layers(self) -> int:
         return len(self.k)
 
-    def write(self, layer: int, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Store k/v [T, num_kv_heads, head_dim] at tape rows slot_mapping [T]; rows of -1 are not stored."""
+    def rows_for(self, slot_mapping: torch.Tensor) -> torch.Tensor | None:
+        """int64 [T] rows of the full tapes for slot_mapping [T] (-1 -> the scratch row); None without one.
+
+        Computed once per pass and handed to every layer's `write(..., rows=)`; no host sync.
+        """
+        if self.k_full is None:
+            return None
+        return torch.where(slot_mapping < 0, self.capacity_rows, slot_mapping)
+
+    def write(self, layer: int, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+              rows: torch.Tensor | None = None) -> None:
+        """Store k/v [T, num_kv_heads, head_dim] at tape rows slot_mapping [T]; rows of -1 are not stored.
+
+        `rows` = rows_for(slot_mapping) when the caller already has it.
+        """
         if self.k_full is not None:
             # Pads go to the scratch row; index_copy_ keeps this free of host syncs.
-            slots = torch.where(slot_mapping < 0, self.capacity_rows, slot_mapping)
+            slots = self.rows_for(slot_mapping) if rows is None else rows
             self.k_full[layer].index_copy_(0, slots, k)
             self.v_full[layer].index_copy_(0, slots, v)
         else:

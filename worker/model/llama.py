@@ -3,17 +3,21 @@
 Weights follow Hugging Face names without the "model." prefix, except that q/k/v and gate/up are
 fused (`qkv_proj`, `gate_up_proj`): one matmul each. The loader does the fusing and every other
 checkpoint quirk; `forward` knows only this layout. RMSNorm and rotary angles are computed in fp32.
+Elementwise work goes through `worker.model.fused` (compiled kernels on CUDA); the residual add is
+fused into the next RMSNorm, so a layer returns (its MLP output, the residual stream before it).
+Nothing in a forward pass waits for the host: per-pass index tensors are derived once, on the device.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from worker.model.attention import AttentionBackend, AttentionMetadata
+from worker.model import fused
+from worker.model.attention import AttentionBackend, AttentionMetadata, tape_cu_seqlens_k
 from worker.model.config import ModelConfig
 from worker.model.kv_cache import KVCache
 
@@ -25,9 +29,11 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:  # x: [T, C]
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+        return fused.rms_norm(x, self.weight, self.eps)
+
+    def add_forward(self, x: Tensor, residual: Tensor) -> tuple[Tensor, Tensor]:
+        """(normed x + residual, x + residual); x, residual [T, C]."""
+        return fused.add_rms_norm(x, residual, self.weight, self.eps)
 
 
 def rope_inv_freq(cfg: ModelConfig) -> Tensor:
@@ -50,10 +56,7 @@ def rope_inv_freq(cfg: ModelConfig) -> Tensor:
     return inv_freq
 
 
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x: [T, heads, D]; cos/sin: [T, 1, D] (half-split rotation, as transformers does)."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+apply_rope = fused.rotate  # x [T, heads, D]; cos/sin [T, 1, D]
 
 
 class Attention(nn.Module):
@@ -66,13 +69,14 @@ class Attention(nn.Module):
         self.qkv_proj = nn.Linear(cfg.hidden_size, cfg.q_size + 2 * cfg.kv_size, bias=cfg.attention_bias)
         self.o_proj = nn.Linear(cfg.q_size, cfg.hidden_size, bias=cfg.attention_out_bias)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attn: AttentionMetadata, kv: KVCache) -> Tensor:
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attn: AttentionMetadata, kv: KVCache,
+                kv_rows: Tensor | None = None) -> Tensor:
         num_tokens = x.shape[0]
         q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = apply_rope(q.view(num_tokens, self.num_heads, self.head_dim), cos, sin)  # [T, H, D]
-        k = apply_rope(k.view(num_tokens, self.num_kv_heads, self.head_dim), cos, sin)  # [T, Hkv, D]
+        q, k = fused.apply_rope_qk(q.view(num_tokens, self.num_heads, self.head_dim),
+                                   k.view(num_tokens, self.num_kv_heads, self.head_dim), cos, sin)  # [T, H|Hkv, D]
         v = v.reshape(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
-        kv.write(self.layer, attn.slot_mapping, k, v)
+        kv.write(self.layer, attn.slot_mapping, k, v, rows=kv_rows)
         o = self.backend.attend(q, k, v, kv.k[self.layer], kv.v[self.layer], attn, self.scale)  # [T, H, D]
         return self.o_proj(o.reshape(num_tokens, self.q_size))
 
@@ -85,8 +89,7 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=cfg.mlp_bias)
 
     def forward(self, x: Tensor) -> Tensor:  # x: [T, C]
-        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)  # [T, I] each
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(fused.silu_mul(self.gate_up_proj(x)))  # [T, 2I] -> [T, I] -> [T, C]
 
 
 class DecoderLayer(nn.Module):
@@ -97,9 +100,16 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attn: AttentionMetadata, kv: KVCache) -> Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, attn, kv)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x: Tensor, residual: Tensor | None, cos: Tensor, sin: Tensor, attn: AttentionMetadata,
+                kv: KVCache, kv_rows: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """(MLP output, residual stream before it); the stream entering is x + residual (x alone when None)."""
+        if residual is None:
+            h, residual = self.input_layernorm(x), x
+        else:
+            h, residual = self.input_layernorm.add_forward(x, residual)  # [T, C] each
+        h = self.self_attn(h, cos, sin, attn, kv, kv_rows)
+        h, residual = self.post_attention_layernorm.add_forward(h, residual)
+        return self.mlp(h), residual
 
 
 class LlamaModel(nn.Module):
@@ -139,7 +149,14 @@ class LlamaModel(nn.Module):
         """Logits float32 [B, vocab] at rows logits_indices [B] of the T packed tokens; writes K/V to `kv`."""
         x = self.embed_tokens(input_ids)  # [T, C]
         cos, sin = self.rope(position_ids, x.dtype)
+        if not attn.is_prefill_from_zero and attn.cu_seqlens_k is None:
+            attn = dataclasses.replace(attn, cu_seqlens_k=tape_cu_seqlens_k(attn.slab_starts, kv.capacity_rows))
+        kv_rows = kv.rows_for(attn.slot_mapping)  # [T] once per pass, not per layer
+        residual = None
         for layer in self.layers:
-            x = layer(x, cos, sin, attn, kv)
-        h = self.norm(x[logits_indices])  # [B, C]
+            x, residual = layer(x, residual, cos, sin, attn, kv, kv_rows)
+        if residual is None:  # no layers
+            h = self.norm(x[logits_indices])
+        else:
+            h = self.norm.add_forward(x[logits_indices], residual[logits_indices])[0]  # [B, C]
         return self.lm_head(h).float()  # [B, vocab]

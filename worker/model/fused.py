@@ -1,0 +1,162 @@
+"""Elementwise parts of a decoder layer, fused on CUDA with torch.compile; plain eager math elsewhere.
+
+The eager versions are the reference math (RMSNorm accumulates in fp32, the weight multiplies in the
+model dtype, as transformers does). On CUDA the same functions go through
+`torch.compile(fullgraph=True)` so each becomes one or two generated kernels instead of ~6; the token
+dimension is marked dynamic, so a new token count never recompiles (a count of 1 gets its own graph).
+`TELESUM_COMPILE=0` in the environment, or `set_compile_enabled(False)`, keeps CUDA eager too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+log = logging.getLogger(__name__)
+
+COMPILE_ENV = "TELESUM_COMPILE"
+
+
+def rms_norm_eager(x: Tensor, w: Tensor, eps: float) -> Tensor:
+    """x [T, C] -> [T, C] in x.dtype: normalised in fp32, cast back, then scaled by w [C]."""
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return w * x32.to(x.dtype)
+
+
+def add_rms_norm_eager(x: Tensor, residual: Tensor, w: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    """(rms_norm(x + residual), x + residual); the sum is taken in the stream's dtype. x, residual [T, C]."""
+    new_residual = x + residual
+    return rms_norm_eager(new_residual, w, eps), new_residual
+
+
+def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x [T, heads, D]; cos/sin [T, 1, D] (half-split rotation, as transformers does)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def apply_rope_qk_eager(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    """Rotary embedding on q [T, H, D] and k [T, Hkv, D] with cos/sin [T, 1, D]."""
+    return rotate(q, cos, sin), rotate(k, cos, sin)
+
+
+def silu_mul_eager(gate_up: Tensor) -> Tensor:
+    """gate_up [T, 2I] (gate then up) -> silu(gate) * up [T, I]."""
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+@dataclass(frozen=True)
+class FusedOps:
+    rms_norm: Callable[[Tensor, Tensor, float], Tensor]
+    add_rms_norm: Callable[[Tensor, Tensor, Tensor, float], tuple[Tensor, Tensor]]
+    apply_rope_qk: Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
+    silu_mul: Callable[[Tensor], Tensor]
+
+
+EAGER = FusedOps(rms_norm_eager, add_rms_norm_eager, apply_rope_qk_eager, silu_mul_eager)
+
+
+def _token_dim_dynamic(*tensors: Tensor) -> None:
+    # Only dim 0 (tokens) varies between calls; hidden sizes stay static so reductions stay persistent.
+    for t in tensors:
+        torch._dynamo.maybe_mark_dynamic(t, 0)
+
+
+def build_compiled(backend: str = "inductor") -> FusedOps:
+    """The four ops through torch.compile(fullgraph=True) with a dynamic token dimension (`backend` for tests)."""
+    rms = torch.compile(rms_norm_eager, fullgraph=True, backend=backend)
+    add_rms = torch.compile(add_rms_norm_eager, fullgraph=True, backend=backend)
+    rope = torch.compile(apply_rope_qk_eager, fullgraph=True, backend=backend)
+    silu = torch.compile(silu_mul_eager, fullgraph=True, backend=backend)
+
+    def rms_norm(x, w, eps):
+        _token_dim_dynamic(x)
+        return rms(x, w, eps)
+
+    def add_rms_norm(x, residual, w, eps):
+        _token_dim_dynamic(x, residual)
+        return add_rms(x, residual, w, eps)
+
+    def apply_rope_qk(q, k, cos, sin):
+        _token_dim_dynamic(q, k, cos, sin)
+        return rope(q, k, cos, sin)
+
+    def silu_mul(gate_up):
+        _token_dim_dynamic(gate_up)
+        return silu(gate_up)
+
+    return FusedOps(rms_norm, add_rms_norm, apply_rope_qk, silu_mul)
+
+
+class _Switch:
+    """Which implementation CUDA tensors get; decided lazily on the first CUDA call, logged once."""
+
+    def __init__(self) -> None:
+        self.enabled = os.environ.get(COMPILE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+        self.compiled: FusedOps | None = None
+        self.logged = False
+
+    def cuda_ops(self) -> FusedOps:
+        if not self.enabled:
+            if not self.logged:
+                log.info("fused elementwise ops: eager on CUDA (%s=0 or disabled)", COMPILE_ENV)
+                self.logged = True
+            return EAGER
+        if self.compiled is None:
+            from torch.utils._triton import has_triton
+
+            if not has_triton():
+                log.warning("fused elementwise ops: eager on CUDA (torch.compile needs triton, not installed)")
+                self.enabled = False
+                return EAGER
+            self.compiled = build_compiled()
+            log.info("fused elementwise ops: torch.compile (inductor, fullgraph, dynamic token dim); "
+                     "set %s=0 to run eager", COMPILE_ENV)
+            self.logged = True
+        return self.compiled
+
+
+_switch = _Switch()
+
+
+def set_compile_enabled(enabled: bool) -> None:
+    """Turn the compiled CUDA path on or off for later calls (benchmarks compare both in one process)."""
+    _switch.enabled = enabled
+    _switch.logged = False
+
+
+def compile_enabled() -> bool:
+    return _switch.enabled
+
+
+def ops_for(x: Tensor) -> FusedOps:
+    """The implementation for tensors like `x`: compiled on CUDA when enabled, else the eager math."""
+    return _switch.cuda_ops() if x.is_cuda else EAGER
+
+
+def rms_norm(x: Tensor, w: Tensor, eps: float) -> Tensor:
+    """RMSNorm of x [T, C] with weight w [C] -> [T, C] (fp32 accumulation)."""
+    return ops_for(x).rms_norm(x, w, eps)
+
+
+def add_rms_norm(x: Tensor, residual: Tensor, w: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    """(normed, new_residual) = (rms_norm(x + residual), x + residual); x, residual [T, C]."""
+    return ops_for(x).add_rms_norm(x, residual, w, eps)
+
+
+def apply_rope_qk(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    """Rotated (q [T, H, D], k [T, Hkv, D]) for cos/sin [T, 1, D]."""
+    return ops_for(q).apply_rope_qk(q, k, cos, sin)
+
+
+def silu_mul(gate_up: Tensor) -> Tensor:
+    """silu(gate) * up from gate_up [T, 2I] -> [T, I]."""
+    return ops_for(gate_up).silu_mul(gate_up)
