@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
-from kafka.structs import OffsetAndMetadata
+from kafka.structs import MemberState, OffsetAndMetadata
 
 from worker.kafka.settings import WorkerSettings
 
@@ -64,6 +64,10 @@ class Consumer:
         """Records from all unpaused partitions, in offset order per partition. Blocks up to timeout_ms."""
         batches = self.client.poll(timeout_ms=timeout_ms)
         return [record for records in batches.values() for record in records]
+
+    def is_stable(self) -> bool:
+        """True when the member has joined the group and holds a settled assignment. Non-blocking."""
+        return self.client.group_metadata().state == MemberState.STABLE
 
     def pause(self, partitions: Iterable[TopicPartition]) -> None:
         parts = [tp for tp in partitions if tp in self.client.assignment()]

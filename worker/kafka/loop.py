@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 _REPUBLISH_BACKOFF_S = 1.0
 # While the summarizer holds work, the consumer poll is short so results are published promptly.
 _BUSY_POLL_MS = 5
+# While the member (re)joins its group, polls are long: kafka-python 3.0 can abandon a leader's
+# SyncGroup cut short by a few-ms poll and start the rebalance over, again and again.
+_REJOIN_POLL_MS = 1000
 
 
 class SummarizerLike(Protocol):
@@ -91,20 +94,31 @@ class KafkaWorker:
         self._unacked = 0                                # sends whose callback has not been handled
         self._republish: list[tuple[float, RequestId, Output, bool]] = []
         self._paused_by_us = False
+        self._revoking: set[TopicPartition] = set()
         self._last_commit = 0.0
 
     # ---- rebalance callbacks: run inside consumer.poll(); no blocking calls here ----
+    # kafka-python keeps a partition's position (and paused flag) when a rebalance hands it back to
+    # the same member, so only partitions that really left are dropped: revocation is settled once
+    # the new assignment is known (in `_on_assigned`, or after the poll for a revoke without one).
     def _on_revoked(self, partitions: set[TopicPartition]) -> None:
-        dropped = sum(self.tracker.revoke(tp) for tp in partitions)
-        self._backlog = deque(p for p in self._backlog if p.rid.tp not in partitions)
-        log.info("revoked %s; dropped %d unfinished records (the new owner replays them)",
-                 sorted(map(tuple, partitions)), dropped)
+        self._revoking |= partitions
 
     def _on_assigned(self, partitions: set[TopicPartition]) -> None:
-        for tp in partitions:
+        self._settle_revocations(partitions)
+        for tp in partitions - self.tracker.partitions():
             self.tracker.assign(tp)
-        self._paused_by_us = False  # new assignments start unpaused; the loop re-pauses if needed
         log.info("assigned %s", sorted(map(tuple, partitions)))
+
+    def _settle_revocations(self, assigned: set[TopicPartition]) -> None:
+        gone = self._revoking - assigned
+        self._revoking = set()
+        if not gone:
+            return
+        dropped = sum(self.tracker.revoke(tp) for tp in gone)
+        self._backlog = deque(p for p in self._backlog if p.rid.tp not in gone)
+        log.info("revoked %s; dropped %d unfinished records (the new owner replays them)",
+                 sorted(map(tuple, gone)), dropped)
 
     # ---- the loop ----
     def run(self, stop: threading.Event) -> WorkerStats:
@@ -122,10 +136,18 @@ class KafkaWorker:
 
     def _step(self, fetch: bool) -> None:
         busy = bool(self._in_summarizer or self._unacked)
-        timeout_ms = _BUSY_POLL_MS if busy else self.settings.poll_timeout_ms
-        for msg in self.consumer.poll(timeout_ms):
+        if not self.consumer.is_stable():
+            timeout_ms = _REJOIN_POLL_MS
+        else:
+            timeout_ms = _BUSY_POLL_MS if busy else self.settings.poll_timeout_ms
+        messages = self.consumer.poll(timeout_ms)
+        if self._revoking and self.consumer.is_stable():  # a revoke with no assignment after it
+            self._settle_revocations(self.consumer.assignment())
+        for msg in messages:
             self._accept(msg)
-        if fetch:
+        if not fetch:  # draining: partitions assigned meanwhile stay paused too
+            self.consumer.pause(self.consumer.assignment() - self.consumer.paused())
+        else:
             self._submit_backlog()
             self._apply_backpressure()
         if self._in_summarizer:
@@ -152,6 +174,11 @@ class KafkaWorker:
         tp = TopicPartition(msg.topic, msg.partition)
         if self.tracker.epoch(tp) is None:
             return  # fetched before a revocation; the new owner reads it
+        if msg.offset <= self.tracker.last_tracked(tp, default=-1):
+            # The position went back (a reset to the committed offset): what we held is replayed.
+            self.tracker.revoke(tp)
+            self.tracker.assign(tp)
+            self._backlog = deque(p for p in self._backlog if p.rid.tp != tp)
         epoch = self.tracker.track(tp, msg.offset)
         self.stats.consumed += 1
         rid = RequestId(tp, msg.offset, epoch)
@@ -181,11 +208,13 @@ class KafkaWorker:
 
     def _apply_backpressure(self) -> None:
         full = bool(self._backlog) or len(self._in_summarizer) >= self.settings.max_in_flight
-        if full and not self._paused_by_us:
-            self.consumer.pause(self.consumer.assignment())
+        if full:
+            unpaused = self.consumer.assignment() - self.consumer.paused()  # incl. newly assigned ones
+            if unpaused:
+                self.consumer.pause(unpaused)
+                self.stats.backpressure_pauses += not self._paused_by_us
             self._paused_by_us = True
-            self.stats.backpressure_pauses += 1
-        elif not full and self._paused_by_us:
+        elif self._paused_by_us:
             self.consumer.resume(self.consumer.assignment())
             self._paused_by_us = False
 

@@ -57,13 +57,21 @@ class OffsetTracker:
     def track(self, tp: TopicPartition, offset: int) -> int:
         """Record that `offset` was polled; returns the epoch to hand back to `mark_done`."""
         state = self._parts.get(tp)
-        if state is None:  # a record from a partition we were never told about: adopt it
-            self.assign(tp)
-            state = self._parts[tp]
+        if state is None:
+            raise KeyError(f"{tp} is not assigned")
         if state.pending and offset <= state.pending[-1]:
             raise ValueError(f"{tp}: offset {offset} polled after {state.pending[-1]}")
         state.pending.append(offset)
         return state.epoch
+
+    def last_tracked(self, tp: TopicPartition, default: int) -> int:
+        """The highest offset tracked for `tp` in this epoch (done or not), else `default`."""
+        state = self._parts.get(tp)
+        if state is None:
+            return default
+        if state.pending:
+            return state.pending[-1]
+        return state.next_commit - 1 if state.next_commit is not None else default
 
     def mark_done(self, tp: TopicPartition, offset: int, epoch: int) -> bool:
         """The broker acknowledged the output of `offset`; False when that work is stale (revoked)."""
