@@ -179,7 +179,7 @@ def test_pm_oversized_refused_before_parsing(monkeypatch):
 def test_trace_failure_event_cause_entity_and_span():
     f = _facts("trace", TRACE)
     assert f.entity == "gNB-0077" and f.severity == "major"
-    assert f.problem == "HandoverFailure (cause radioNetwork:no-radio-resources-available-in-target-cell)"
+    assert f.problem == "handover failure: no radio resources available in target cell"
     assert (f.first_seen, f.last_seen, f.event_count) == ("2026-11-29T10:00:00Z", "2026-11-29T10:00:03Z", 4)
     assert f.details["elements"] == "gNB-0042, AMF-01, gNB-0077" and f.details["ues"] == "2"
 

@@ -59,15 +59,39 @@ def test_build_messages_facts_and_body_in_user_message():
     body = "\n".join(["<187>1 2026-11-29T10:00:00Z gnb-0042 s1ap - LINK - S1 link down"] * 31)
     user = _user(build_messages(_record(body), FACTS))
     for value in ("gnb-0042", "S1 link down", "major", "2026-11-29T10:00:00Z", "2026-11-29T10:05:00Z",
-                  "31", "app: s1ap", "site-7"):
+                  "events: 31", "app: s1ap"):
         assert value in user
     assert "[repeated 31 times]" in user
-    assert user.count("S1 link down") == 2  # once in the facts, once in the collapsed body
+    assert "site-7" not in user  # a small model took the site for the element
+    # once in the collapsed body, once in the facts, once in the instruction
+    assert user.count("S1 link down") == 3
+
+
+def test_build_messages_record_then_facts_then_instruction_naming_them():
+    user = _user(build_messages(_record("<11>1 2026-11-29T10:00:00Z gnb-0042 s1ap - - - x"), FACTS))
+    record_at, facts_at = user.index("Record (syslog messages"), user.index("Facts:")
+    instruction = user.splitlines()[-1]
+    assert record_at < facts_at < user.index(instruction)
+    assert instruction.startswith("Write one sentence") and 'names the element gnb-0042' in instruction
+    for value in ("(S1 link down)", "severity is major", "2026-11-29T10:00:00Z to 2026-11-29T10:05:00Z"):
+        assert value in instruction
+
+
+def test_build_messages_core_facts_after_at_most_four_details():
+    facts = Facts(entity="gnb-1", problem="p", details={f"k{i}": str(i) for i in range(9)})
+    fact_lines = _user(build_messages(_record("x"), facts)).split("Facts:\n")[1].split("\n\n")[0].splitlines()
+    assert fact_lines == ["- k0: 0", "- k1: 1", "- k2: 2", "- k3: 3", "- element: gnb-1", "- problem: p"]
+
+
+def test_build_messages_without_facts_still_asks_for_all_four():
+    instruction = _user(build_messages(_record("x", kind="text"), Facts())).splitlines()[-1]
+    for words in ("affected element", "what went wrong", "how severe", "when it happened"):
+        assert words in instruction
 
 
 def test_build_messages_system_prompt_asks_for_element_problem_severity_time():
     system = build_messages(_record("x"), FACTS)[0]["content"].lower()
-    for word in ("element", "problem", "severity", "when", "one or two"):
+    for word in ("element", "problem", "severity", "when", "one plain sentence"):
         assert word in system
 
 

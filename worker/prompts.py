@@ -16,11 +16,15 @@ from worker.messages import Facts, TelemetryRecord
 TokenCounter = Callable[[str], int]
 
 SYSTEM_PROMPT = (
-    "You are a network operations assistant. You summarise telecom telemetry (alarms, logs, "
-    "performance counters, traces) for an on-call operator. Answer in one or two plain sentences "
-    "that name the affected network element, the problem, its severity and when it happened. "
+    "You are a network operations assistant. For an on-call operator you summarise telecom "
+    "telemetry (alarms, logs, performance counters, traces) in one plain sentence that names the "
+    "affected network element, the problem, its severity and when it happened. "
     "Use the facts you are given; do not copy log lines, do not invent values, no lists."
 )
+MAX_PROMPT_DETAILS = 4  # more detail lines than this drown the core facts for a small model
+# The answer is one sentence; what a small model writes after a blank line is commentary on it
+# ("The above message is a summary ..."). Generation stops there; the text before is kept.
+STOP_STRINGS = ("\n\n",)
 CHUNK_SYSTEM_PROMPT = (
     "You are a network operations assistant. You read one part of a long telecom log and note, "
     "in one or two plain sentences, which network elements had which problems, how severe, and "
@@ -157,12 +161,50 @@ def render_facts(facts: Facts) -> str:
 def _describe(record: TelemetryRecord) -> str:
     kinds = {"ves": "VES event", "syslog": "syslog messages", "pm": "3GPP PM report",
              "trace": "signalling trace", "text": "log text"}
-    source = f" from {record.source}" if record.source else ""
-    return f"{kinds.get(record.kind, record.kind)}{source}"
+    return kinds.get(record.kind, record.kind)
 
 
 def _collapsed(record: TelemetryRecord) -> str:
     return " (repeated lines collapsed)" if record.kind in COMPRESSED_KINDS else ""
+
+
+def _time_span(facts: Facts) -> str | None:
+    if facts.first_seen and facts.last_seen and facts.last_seen != facts.first_seen:
+        return f"{facts.first_seen} to {facts.last_seen}"
+    return facts.first_seen or facts.last_seen
+
+
+def render_key_facts(facts: Facts, max_details: int = MAX_PROMPT_DETAILS) -> str:
+    """The facts for a one-pass prompt: up to `max_details` details first, then element, problem,
+    severity, time and count last, where a small model reads them just before it answers."""
+    details = [f"- {k}: {v}" for k, v in list(facts.details.items())[:max_details]]
+    core = [
+        ("element", facts.entity),
+        ("problem", facts.problem),
+        ("severity", facts.severity),
+        ("time", _time_span(facts)),
+        ("events", str(facts.event_count) if facts.event_count is not None else None),
+    ]
+    lines = details + [f"- {name}: {value}" for name, value in core if value]
+    if facts.facts_error:
+        lines.append(f"- note: the record is partly malformed ({facts.facts_error})")
+    return "\n".join(lines) if lines else "- none could be extracted"
+
+
+def _instruction(facts: Facts) -> str:
+    # The element is named inline, not quoted: SmolLM2 mangled a quoted `"gNB-2253"` into `GNS-2253`.
+    span = _time_span(facts)
+    parts = [f"names the element {facts.entity}" if facts.entity else "names the affected element",
+             f"says in your own words what went wrong ({facts.problem})" if facts.problem
+             else "says in your own words what went wrong",
+             f"says that the severity is {facts.severity}" if facts.severity else "says how severe it is",
+             f"and gives the time ({span})" if span else "and says when it happened"]
+    return "Write one sentence for the on-call operator that " + ", ".join(parts) + "."
+
+
+def _user_message(record: TelemetryRecord, facts: Facts, body: str) -> str:
+    return (f"Record ({_describe(record)}{_collapsed(record)}):\n{body}\n\n"
+            f"Facts:\n{render_key_facts(facts)}\n\n{_instruction(facts)}")
 
 
 def build_messages(
@@ -171,19 +213,16 @@ def build_messages(
     body_token_limit: int | None = None,
     count_tokens: TokenCounter | None = None,
 ) -> list[dict[str, str]]:
-    """Chat messages for a one-pass summary: system + user (facts, then the de-duplicated body,
-    trimmed to `body_token_limit` tokens by `count_tokens` or chars/4 when a limit is given)."""
+    """Chat messages for a one-pass summary: system + user (the de-duplicated record, trimmed to
+    `body_token_limit` tokens by `count_tokens` or chars/4 when a limit is given, then its facts,
+    then an instruction that repeats the facts the answer must carry)."""
     body = render_body(record)
     if record.kind in COMPRESSED_KINDS:
         body = compress_repeats(body)
     if body_token_limit is not None:
         body = trim_to_tokens(body, body_token_limit, count_tokens)
-    user = (
-        f"Record type: {_describe(record)}.\nFacts extracted from it:\n{render_facts(facts)}\n\n"
-        f"Record{_collapsed(record)}:\n{body}\n\n"
-        f"Summarise this for the on-call operator in one or two sentences. {ANSWER_SHAPE}"
-    )
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+    return [{"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": _user_message(record, facts, body)}]
 
 
 def build_chunk_messages(

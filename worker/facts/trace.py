@@ -63,6 +63,18 @@ def parse_line(line: str) -> TraceEvent | None:
     return TraceEvent(iso_utc(when) if when else stamp, source, peer, name, cause.group(1) if cause else None)
 
 
+def readable_event(name: str) -> str:
+    """`HandoverPreparationFailure` -> `handover preparation failure` (acronyms such as UE kept)."""
+    words = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", " ", name).split()
+    return " ".join(w if w.isupper() and len(w) > 1 else w.lower() for w in words)
+
+
+def readable_cause(cause: str) -> str:
+    """`radioNetwork:no-radio-resources-available` -> `no radio resources available` (the cause
+    group before the colon is dropped: the value alone says what happened)."""
+    return cause.rsplit(":", 1)[-1].replace("-", " ").replace("_", " ")
+
+
 def parse(text: str) -> Facts | None:
     """Facts from a trace, or None when no line is a trace event. The problem is the most frequent
     failure (event and cause); the element is the node that reported it."""
@@ -85,9 +97,9 @@ def parse(text: str) -> Facts | None:
         details["failureCount"] = str(len(failures))
         if cause:
             details["cause"] = cause
-        problem = f"{name}" + (f" (cause {cause})" if cause else "")
+        problem = readable_event(name) + (f": {readable_cause(cause)}" if cause else "")
         if len(failures) > 1:
-            problem += f", {len(failures)} failures"
+            problem += f" ({len(failures)} failures)"
         entity = most_common(e.source for e in lead)
         severity = "major"
     else:
