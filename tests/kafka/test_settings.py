@@ -53,3 +53,8 @@ def test_settings_frozen_after_construction():
     s = WorkerSettings()
     with pytest.raises(AttributeError):
         s.input_topic = "other"  # type: ignore[misc]
+
+
+def test_settings_repr_hides_sasl_password():
+    s = WorkerSettings(sasl_mechanism="PLAIN", sasl_plain_username="u", sasl_plain_password="hunter2")
+    assert "hunter2" not in repr(s)

@@ -18,8 +18,8 @@ class SettingsError(ValueError):
     """A setting is missing or out of range; the message names the flag and the variable."""
 
 
-def _opt(default: Any, env: str, help: str, choices: tuple[str, ...] | None = None):
-    return field(default=default, metadata={"env": env, "help": help, "choices": choices})
+def _opt(default: Any, env: str, help: str, choices: tuple[str, ...] | None = None, secret: bool = False):
+    return field(default=default, repr=not secret, metadata={"env": env, "help": help, "choices": choices})
 
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -42,7 +42,7 @@ class WorkerSettings:
                                   SECURITY_PROTOCOLS)
     sasl_mechanism: str | None = _opt(None, "KAFKA_SASL_MECHANISM", "SASL mechanism", SASL_MECHANISMS)
     sasl_plain_username: str | None = _opt(None, "KAFKA_SASL_USERNAME", "SASL username")
-    sasl_plain_password: str | None = _opt(None, "KAFKA_SASL_PASSWORD", "SASL password")
+    sasl_plain_password: str | None = _opt(None, "KAFKA_SASL_PASSWORD", "SASL password", secret=True)
     ssl_cafile: str | None = _opt(None, "KAFKA_SSL_CAFILE", "CA bundle to verify the broker")
     ssl_certfile: str | None = _opt(None, "KAFKA_SSL_CERTFILE", "client certificate (PEM)")
     ssl_keyfile: str | None = _opt(None, "KAFKA_SSL_KEYFILE", "client private key (PEM)")
