@@ -85,8 +85,11 @@ def test_compiled_ops_new_token_count_no_recompile():
     torch._dynamo.reset()
     ops = fused.build_compiled(backend="aot_eager")  # tracing and guards as on CUDA, no codegen
 
+    w = torch.nn.Parameter(_randn(C, seed=2))  # a layer's weight, as the model passes it
+
+    @torch.inference_mode()  # as in LlamaModel.forward: inputs are inference tensors
     def run(t):
-        x, res, w = _randn(t, C), _randn(t, C, seed=1), _randn(C, seed=2)
+        x, res = _randn(t, C), _randn(t, C, seed=1)
         q, k, cs = _randn(t, H, D, seed=3), _randn(t, HKV, D, seed=4), _randn(t, 1, D, seed=5)
         gate_up = _randn(t, 2 * C, seed=6)
         got = [ops.rms_norm(x, w, 1e-6), *ops.add_rms_norm(x, res, w, 1e-6),

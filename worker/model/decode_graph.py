@@ -100,7 +100,7 @@ class DecodeGraphs:
                     self._forward(n)
             torch.cuda.current_stream(self.device).wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool, stream=stream):
+            with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
                 self._outputs[n] = self._forward(n)  # float32 [n, V]
             self._graphs[n] = graph
         torch.cuda.synchronize(self.device)
