@@ -77,13 +77,17 @@ def sync_check(fn) -> str:
         torch.cuda.set_sync_debug_mode("default")
 
 
-def kernels_per_call(fn) -> int:
+def kernels_per_call(fn) -> int | str:
+    """GPU operations (kernels, copies, memsets) one call of fn launches, from the profiler."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return sum(1 for e in prof.events() if e.device_type.name == "CUDA")
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        return sum(1 for e in prof.events() if e.device_type.name == "CUDA")
+    except Exception as exc:  # a profiler problem must not lose the timings
+        return repr(exc)[:200]
 
 
 # -- prefill ---------------------------------------------------------------------------------
@@ -225,6 +229,10 @@ def main() -> int:
     if device.type == "cuda":
         torch.cuda.empty_cache()
     res.update(decode_rows(loaded.model, cfg, batches, device, args.steps, slab))
+    from torch._dynamo.utils import counters  # graphs compiled for the 4 fused ops (expect ~2 each)
+
+    res["dynamo"] = {f"{k}.{n}": v for k, c in counters.items() if k in ("stats", "recompiles")
+                     for n, v in c.items()}
     save()
     print_table(res)
     return 0

@@ -85,11 +85,12 @@ def test_compiled_ops_new_token_count_no_recompile():
     torch._dynamo.reset()
     ops = fused.build_compiled(backend="aot_eager")  # tracing and guards as on CUDA, no codegen
 
-    w = torch.nn.Parameter(_randn(C, seed=2))  # a layer's weight, as the model passes it
+    sizes = (5, 7, 64, 13)
+    weights = {t: torch.nn.Parameter(_randn(C, seed=t)) for t in sizes}  # one per layer: no guard on identity
 
     @torch.inference_mode()  # as in LlamaModel.forward: inputs are inference tensors
     def run(t):
-        x, res = _randn(t, C), _randn(t, C, seed=1)
+        x, res, w = _randn(t, C), _randn(t, C, seed=1), weights[t]
         q, k, cs = _randn(t, H, D, seed=3), _randn(t, HKV, D, seed=4), _randn(t, 1, D, seed=5)
         gate_up = _randn(t, 2 * C, seed=6)
         got = [ops.rms_norm(x, w, 1e-6), *ops.add_rms_norm(x, res, w, 1e-6),
@@ -99,9 +100,9 @@ def test_compiled_ops_new_token_count_no_recompile():
         for g, e in zip(got, want):
             torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
 
-    run(5)
+    run(sizes[0])
     with torch._dynamo.config.patch(error_on_recompile=True):
-        for t in (7, 64, 13):
+        for t in sizes[1:]:
             run(t)
     torch._dynamo.reset()
 
