@@ -17,10 +17,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "worker": ("worker.kafka.service", "run the Kafka worker"),
     "produce": ("worker.produce", "write sample telemetry to a topic or a file"),
     "schemas": ("worker.schemas", "export the JSON Schemas of the message types"),
+    "tail": ("worker.tail", "print summaries and dead letters from the output topics"),
 }
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "pack": ("worker.benchmarks.pack", "native dispatcher vs a pure-Python FFD"),
     "quality": ("worker.benchmarks.quality", "summary fact recall and echo rate"),
+    "e2e": ("worker.benchmarks.e2e", "end-to-end records/s through a real broker and where the time goes"),
 }
 
 
@@ -60,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:  # kafka-python logs every connection at INFO
+        logging.getLogger("kafka").setLevel(logging.WARNING)
     return int(args._run(args) or 0)
 
 
