@@ -56,9 +56,6 @@ def rope_inv_freq(cfg: ModelConfig) -> Tensor:
     return inv_freq
 
 
-apply_rope = fused.rotate  # x [T, heads, D]; cos/sin [T, 1, D]
-
-
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int, backend: AttentionBackend) -> None:
         super().__init__()
