@@ -1,0 +1,330 @@
+"""`telesum bench e2e`: records/s through a real broker, end to end, and where the time goes.
+
+Fresh topics per run. The worker (the real `KafkaWorker` and `Summarizer`) runs in this process
+on its own thread with the stage timers of `e2e_stages` around its functions; the model is loaded
+and warmed up on one record, and the worker has joined its group, before the clock starts. Then
+N seeded records are produced and the output and dead-letter topics are read until every id is
+answered: records/s = N / (first produce -> last answer seen). Broker: `--bootstrap-servers` or
+$KAFKA_BOOTSTRAP_SERVERS, else the local broker of `scripts/kafka.sh` (started when not running).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import msgspec
+
+from worker.benchmarks.e2e_stages import StageTimer, instrument
+from worker.telemetry import PROFILES, iter_generate
+
+log = logging.getLogger(__name__)
+
+KAFKA_SH = Path(__file__).resolve().parents[2] / "scripts" / "kafka.sh"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--records", "-n", type=int, default=200, help="records to push through (default 200)")
+    parser.add_argument("--profile", choices=PROFILES, default="short", help="length profile (default short)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
+                        help="broker (default $KAFKA_BOOTSTRAP_SERVERS; else scripts/kafka.sh's local one)")
+    parser.add_argument("--broker-port", type=int, default=9092, help="port of the local broker (default 9092)")
+    parser.add_argument("--keep-broker", action="store_true", help="leave a local broker we started running")
+    parser.add_argument("--partitions", type=int, default=1, help="input topic partitions (default 1)")
+    parser.add_argument("--model", default="tiny", help="'tiny' (random weights, default), 'embedded' or a path")
+    parser.add_argument("--tokenizer", help="tokenizer folder/.gguf (default: the model's / the embedded one)")
+    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--token-budget", type=int, default=8192, help="tokens per prefill bin (default 8192)")
+    parser.add_argument("--max-context", type=int, default=8192,
+                        help="context of the model (default 8192, SmolLM2's; the tiny model gets it too)")
+    parser.add_argument("--torch-threads", type=int, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="give up waiting for answers after this (s)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.add_argument("--chart", metavar="PNG", help="also draw where the time goes as a bar chart")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run once and print the result; 0 when every id was answered, 1 when some were not, 2 on bad arguments."""
+    if args.records <= 0 or args.partitions <= 0 or args.max_new_tokens <= 0:
+        print("telesum bench e2e: error: --records, --partitions and --max-new-tokens must be > 0")
+        return 2
+    if args.torch_threads:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
+    bootstrap, started = resolve_broker(args)
+    try:
+        result = measure(args, bootstrap)
+    finally:
+        if started and not args.keep_broker:
+            kafka_sh("stop", args.broker_port)
+    if args.chart:
+        draw_chart(result, args.chart)
+    print(json.dumps(result, indent=2) if args.json else format_table(result))
+    return 0 if not result["missing"] else 1
+
+
+# -- broker and topics -----------------------------------------------------------------------
+def kafka_sh(action: str, port: int) -> subprocess.CompletedProcess:
+    env = dict(os.environ, KAFKA_PORT=str(port))
+    return subprocess.run(["bash", str(KAFKA_SH), action, "--port", str(port)], env=env, capture_output=True,
+                          text=True, timeout=300, check=action != "status")
+
+
+def resolve_broker(args: argparse.Namespace) -> tuple[str, bool]:
+    """(bootstrap servers, whether we started a local broker). Raises RuntimeError when none can be had."""
+    if args.bootstrap_servers:
+        return args.bootstrap_servers, False
+    if not KAFKA_SH.is_file():
+        raise RuntimeError(f"no --bootstrap-servers or $KAFKA_BOOTSTRAP_SERVERS, and {KAFKA_SH} is missing "
+                           "(the local broker needs a source checkout)")
+    if kafka_sh("status", args.broker_port).returncode == 0:
+        return f"127.0.0.1:{args.broker_port}", False
+    log.info("starting the local broker on port %d (scripts/kafka.sh)", args.broker_port)
+    kafka_sh("start", args.broker_port)
+    return f"127.0.0.1:{args.broker_port}", True
+
+
+def _create_topics(bootstrap: str, partitions: int) -> tuple[str, str, str]:
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    run_id = uuid.uuid4().hex[:10]
+    names = (f"bench-e2e-in-{run_id}", f"bench-e2e-out-{run_id}", f"bench-e2e-dlq-{run_id}")
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(names[0], partitions, 1), NewTopic(names[1], 1, 1), NewTopic(names[2], 1, 1)])
+    finally:
+        admin.close()
+    return names
+
+
+def _delete_topics(bootstrap: str, names) -> None:
+    from kafka.admin import KafkaAdminClient
+
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+        admin.delete_topics(list(names))
+        admin.close()
+    except Exception as exc:  # noqa: BLE001 - cleanup only
+        log.warning("could not delete the benchmark topics %s: %s", names, exc)
+
+
+# -- the measured run ------------------------------------------------------------------------
+def measure(args: argparse.Namespace, bootstrap: str) -> dict:
+    """One end-to-end run; returns the result object that --json prints."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    from worker.kafka.loop import KafkaWorker
+    from worker.kafka.service import build_summarizer, load
+    from worker.kafka.settings import WorkerSettings
+    from worker.produce import make_producer
+
+    records = [r for r, _ in iter_generate(args.records, args.profile, args.seed)]
+    inp, out, dlq = _create_topics(bootstrap, args.partitions)
+    settings = WorkerSettings(bootstrap_servers=bootstrap, input_topic=inp, output_topic=out, dlq_topic=dlq,
+                              group_id=f"bench-e2e-{uuid.uuid4().hex[:10]}", model=args.model,
+                              tokenizer=args.tokenizer, device="cpu", max_new_tokens=args.max_new_tokens,
+                              token_budget=args.token_budget, max_context=args.max_context)
+    t = time.perf_counter()
+    loaded = load(settings)
+    summarizer = build_summarizer(settings, loaded)
+    summarizer.start()
+    model_load_s = time.perf_counter() - t
+    t = time.perf_counter()
+    list(summarizer.summarize_all(records[:1]))  # first-call costs stay out of the window
+    warmup_s = time.perf_counter() - t
+
+    timer = StageTimer()
+    worker = KafkaWorker(settings, summarizer, model_name=loaded.name)
+    instrument(timer, summarizer, worker)
+    joined = threading.Event()
+    on_assigned = worker._on_assigned
+    worker._on_assigned = lambda parts: (on_assigned(parts), joined.set())
+    stop = threading.Event()
+    stats_box: list = []
+    loop = threading.Thread(target=lambda: stats_box.append(worker.run(stop)), name="telesum-worker-loop")
+    reader = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    reader.assign([TopicPartition(out, 0), TopicPartition(dlq, 0)])
+    reader.seek_to_beginning()
+    producer = make_producer(bootstrap, "none")
+    try:
+        t = time.perf_counter()
+        loop.start()
+        if not joined.wait(120):
+            raise RuntimeError("the worker did not join its consumer group within 120 s")
+        join_s = time.perf_counter() - t
+        encoded = [msgspec.json.encode(r) for r in records]
+        load_before = os.getloadavg()
+        t0 = time.perf_counter()
+        timer.open_window(t0)
+        futures = [producer.send(inp, key=r.id.encode(), value=v, headers=[("content-type", b"application/json")])
+                   for r, v in zip(records, encoded)]
+        producer.flush()
+        produce_s = time.perf_counter() - t0
+        by_offset = {(m.partition, m.offset): (r.id, m.timestamp)
+                     for r, m in zip(records, (f.get(timeout=30) for f in futures))}
+        answers, latencies, summaries, t_last = _collect(reader, out, by_offset, len(records), args.timeout)
+        t_end = t_last or time.perf_counter()
+        timer.close_window(t_end)
+        window_s = t_end - t0
+        load_after = os.getloadavg()
+    finally:
+        stop.set()
+        loop.join(120)
+        summarizer.close(drain=False, timeout=5.0)
+        timer.restore()
+        reader.close()
+        producer.close()
+        _delete_topics(bootstrap, (inp, out, dlq))
+    ids = [r.id for r in records]
+    stats = stats_box[0] if stats_box else None
+    return _result(args, loaded.name, ids, answers, latencies, summaries, timer, window_s, produce_s,
+                   model_load_s, warmup_s, join_s, load_before, load_after, stats)
+
+
+def _collect(reader, out_topic: str, by_offset: dict, n: int, timeout: float):
+    """Read answers until every produced id has one (or `timeout`); returns
+    ({id: count}, [latency ms by broker timestamps], [Summary], time the last new id was seen)."""
+    from worker.messages import Summary
+
+    decoder = msgspec.json.Decoder(Summary)
+    answers: dict[str, int] = {}
+    latencies: list[int] = []
+    summaries: list = []
+    t_last = None
+    produced_ts = {rid: ts for rid, ts in by_offset.values()}
+    deadline = time.monotonic() + timeout
+    while len(answers) < n and time.monotonic() < deadline:
+        for batch in reader.poll(timeout_ms=100).values():
+            now = time.perf_counter()
+            for msg in batch:
+                if msg.topic == out_topic:
+                    summary = decoder.decode(msg.value)
+                    summaries.append(summary)
+                    rid = summary.id
+                else:
+                    h = dict(msg.headers)
+                    rid = by_offset[(int(h["telesum-source-partition"]), int(h["telesum-source-offset"]))][0]
+                if rid not in answers and rid in produced_ts:
+                    latencies.append(msg.timestamp - produced_ts[rid])
+                    t_last = now
+                answers[rid] = answers.get(rid, 0) + 1
+    return answers, latencies, summaries, t_last
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _result(args, model_name, ids, answers, latencies, summaries, timer: StageTimer, window_s, produce_s,
+            model_load_s, warmup_s, join_s, load_before, load_after, stats) -> dict:
+    n = len(ids)
+    stages = []
+    for thread in ("worker", "engine"):
+        named = {k: v for k, v in timer.seconds.items() if k.startswith(thread + ":")}
+        for key, secs in sorted(named.items(), key=lambda kv: -kv[1]):
+            stages.append({"thread": thread, "stage": key.split(":", 1)[1], "calls": timer.calls[key],
+                           "seconds": round(secs, 4), "ms_per_record": round(1000 * secs / n, 3),
+                           "share_of_window": round(secs / window_s, 4)})
+        rest = window_s - sum(named.values())
+        stages.append({"thread": thread, "stage": "untimed (loop code, idle)", "calls": 0,
+                       "seconds": round(rest, 4), "ms_per_record": round(1000 * rest / n, 3),
+                       "share_of_window": round(rest / window_s, 4)})
+
+    def mean(values):
+        return round(sum(values) / len(values), 5) if values else None
+
+    timings = {name: mean([getattr(s.timings, name) for s in summaries])
+               for name in ("queued_s", "prefill_s", "decode_s", "total_s")}
+    acks = timer.ack_latencies
+    return {
+        "benchmark": "e2e", "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+                    "cpus": os.cpu_count(), "load_avg_before": [round(x, 2) for x in load_before],
+                    "load_avg_after": [round(x, 2) for x in load_after], "torch_threads": _torch_threads()},
+        "config": {"records": n, "profile": args.profile, "seed": args.seed, "model": model_name,
+                   "max_new_tokens": args.max_new_tokens, "token_budget": args.token_budget,
+                   "max_context": args.max_context, "partitions": args.partitions},
+        "records_per_s": round(n / window_s, 3), "window_s": round(window_s, 3),
+        "produce_s": round(produce_s, 3), "model_load_s": round(model_load_s, 3),
+        "warmup_s": round(warmup_s, 3), "group_join_s": round(join_s, 3),
+        "answered": len(set(answers) & set(ids)), "missing": sorted(set(ids) - set(answers)),
+        "duplicates": sum(c - 1 for c in answers.values()), "summaries": len(summaries),
+        "dead_letters": sum(answers.values()) - len(summaries),
+        "latency_ms": {"p50": _pct(latencies, 0.5), "p95": _pct(latencies, 0.95), "max": max(latencies, default=None)},
+        "publish_ack_ms": {"mean": round(1000 * sum(acks) / len(acks), 2) if acks else None,
+                           "p95": round(1000 * _pct(acks, 0.95), 2) if acks else None},
+        "hierarchical": sum(s.hierarchical for s in summaries),
+        "tokens_per_record": {"prompt": mean([s.prompt_tokens for s in summaries]),
+                              "prompt_max": max((s.prompt_tokens for s in summaries), default=None),
+                              "output": mean([s.output_tokens for s in summaries])},
+        "summary_timings_mean_s": timings,
+        "worker_stats": {"commits": stats.commits, "backpressure_pauses": stats.backpressure_pauses,
+                         "drained_cleanly": stats.drained_cleanly} if stats else None,
+        "stages": stages,
+    }
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+# -- output ----------------------------------------------------------------------------------
+def format_table(r: dict) -> str:
+    c, m = r["config"], r["machine"]
+    lines = [
+        f"e2e: {c['records']} records ({c['profile']}), model {c['model']}, {c['max_new_tokens']} new tokens, "
+        f"{c['partitions']} partition(s); {m['cpus']} CPUs, load {m['load_avg_before'][0]} -> {m['load_avg_after'][0]}",
+        f"  {r['records_per_s']:.2f} records/s end to end ({r['window_s']:.2f} s first produce -> last answer; "
+        f"produce {r['produce_s']:.2f} s)",
+        f"  answered {r['answered']}/{c['records']} ({r['summaries']} summaries, {r['dead_letters']} dead letters, "
+        f"{r['duplicates']} duplicates, {r['hierarchical']} hierarchical); latency p50 {r['latency_ms']['p50']} ms, p95 {r['latency_ms']['p95']} ms",
+        f"  outside the window: model load {r['model_load_s']:.2f} s, warm-up {r['warmup_s']:.2f} s, "
+        f"group join {r['group_join_s']:.2f} s",
+        f"  per record (Summary.timings, mean): {r['summary_timings_mean_s']}; tokens {r['tokens_per_record']}; "
+        f"publish->ack {r['publish_ack_ms']} ms",
+        "  where the time goes (exclusive wall time per thread over the window):",
+        f"    {'thread':7} {'stage':34} {'calls':>7} {'seconds':>9} {'ms/record':>10} {'share':>6}",
+    ]
+    for s in r["stages"]:
+        lines.append(f"    {s['thread']:7} {s['stage']:34} {s['calls']:>7} {s['seconds']:>9.3f} "
+                     f"{s['ms_per_record']:>10.3f} {100 * s['share_of_window']:>5.1f}%")
+    if r["missing"]:
+        lines.append(f"  MISSING answers for {len(r['missing'])} ids, e.g. {r['missing'][:5]}")
+    return "\n".join(lines)
+
+
+def draw_chart(r: dict, path: str) -> None:
+    """Horizontal bars: each thread's share of the window per stage."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.5))
+    for ax, thread in zip(axes, ("worker", "engine")):
+        rows = [s for s in r["stages"] if s["thread"] == thread and s["seconds"] > 0][::-1]
+        ax.barh([s["stage"] for s in rows], [100 * s["share_of_window"] for s in rows], color="tab:blue")
+        ax.set_xlabel("% of the end-to-end window (exclusive wall time)")
+        ax.set_title(f"{thread} thread")
+        ax.set_xlim(0, 100)
+    c = r["config"]
+    fig.suptitle(f"telesum bench e2e: {r['records_per_s']:.2f} records/s, {c['records']} {c['profile']} records, "
+                 f"{c['model']}, {c['max_new_tokens']} new tokens; load avg {r['machine']['load_avg_before'][0]}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
