@@ -2,8 +2,9 @@
 
 The eager versions are the reference math (RMSNorm accumulates in fp32, the weight multiplies in the
 model dtype, as transformers does). On CUDA the same functions go through
-`torch.compile(fullgraph=True)` so each becomes one or two generated kernels instead of ~6; the token
-dimension is marked dynamic, so a new token count never recompiles (a count of 1 gets its own graph).
+`torch.compile(fullgraph=True)` so each becomes one or two generated kernels instead of ~6. Only the
+token dimension is marked dynamic (hidden sizes stay static, so reductions stay persistent): a new
+token count does not recompile, though a count of 1, or one needing 64-bit indexing, gets its own graph.
 `TELESUM_COMPILE=0` in the environment, or `set_compile_enabled(False)`, keeps CUDA eager too.
 """
 
