@@ -65,7 +65,7 @@ def ours_prefill(loaded, docs, alignment: int) -> dict:
     """Pack every doc into 65,536-token bins through the native dispatcher and prefill each bin."""
     cfg = loaded.config
     arena = KVArena(cfg, BUDGET, dtype=torch.bfloat16, device=torch.device("cuda"))
-    runner = ModelRunner(loaded.model, arena.cache, "cuda")
+    runner = ModelRunner(loaded.model, arena.cache, "cuda", cuda_graphs=False)  # prefill only
     disp = BinDispatcher(BUDGET, alignment=alignment, max_seqs_per_bin=1024,
                          queue_capacity_tokens=sum(len(d) for d in docs) + BUDGET)
     disp.start()

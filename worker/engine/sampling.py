@@ -35,8 +35,10 @@ class SamplingBatch:
 
     def __init__(self, temperatures: list[float], top_ps: list[float], device) -> None:
         self.any_sampling = any(t > 0 for t in temperatures)
-        self.temperatures = torch.tensor(temperatures, dtype=torch.float32, device=device)
-        self.top_ps = torch.tensor(top_ps, dtype=torch.float32, device=device)
+        self.temperatures = self.top_ps = None
+        if self.any_sampling:  # a host->device copy syncs the stream: only when the values are used
+            self.temperatures = torch.tensor(temperatures, dtype=torch.float32, device=device)
+            self.top_ps = torch.tensor(top_ps, dtype=torch.float32, device=device)
 
     def sample(self, logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         """[B, V] -> int64 [B] on the logits' device. No host sync."""
