@@ -39,8 +39,10 @@ def _name(i: int) -> str:
 
 
 def _user(messages):
-    assert [m["role"] for m in messages] == ["system", "user"]
-    return messages[1]["content"]
+    """The last user message: the one about the record (one-pass prompts open with a worked example)."""
+    roles = [m["role"] for m in messages]
+    assert roles in (["system", "user"], ["system", "user", "assistant", "user"])
+    return messages[-1]["content"]
 
 
 def test_compress_repeats_lines_differing_in_digits_and_times_collapse_with_count():
@@ -72,8 +74,8 @@ def test_build_messages_record_then_facts_then_instruction_naming_them():
     record_at, facts_at = user.index("Record (syslog messages"), user.index("Facts:")
     instruction = user.splitlines()[-1]
     assert record_at < facts_at < user.index(instruction)
-    assert instruction.startswith("Write one sentence") and 'names the element gnb-0042' in instruction
-    for value in ("(S1 link down)", "severity is major", "2026-11-29T10:00:00Z to 2026-11-29T10:05:00Z"):
+    assert instruction.startswith("Summarise it in one sentence") and "names the element gnb-0042" in instruction
+    for value in ("(S1 link down)", "severity (major)", "2026-11-29T10:00:00Z to 2026-11-29T10:05:00Z"):
         assert value in instruction
 
 
@@ -87,6 +89,14 @@ def test_build_messages_without_facts_still_asks_for_all_four():
     instruction = _user(build_messages(_record("x", kind="text"), Facts())).splitlines()[-1]
     for words in ("affected element", "what went wrong", "how severe", "when it happened"):
         assert words in instruction
+
+
+def test_build_messages_worked_example_precedes_record_and_shares_nothing_with_it():
+    messages = build_messages(_record("<11>1 2026-11-29T10:00:00Z gnb-0042 s1ap - - - x"), FACTS)
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    example_answer = messages[2]["content"]
+    assert example_answer.startswith("gNB-0007") and "major" in example_answer
+    assert "gnb-0042" not in messages[1]["content"] + example_answer
 
 
 def test_build_messages_system_prompt_asks_for_element_problem_severity_time():

@@ -192,19 +192,32 @@ def render_key_facts(facts: Facts, max_details: int = MAX_PROMPT_DETAILS) -> str
 
 
 def _instruction(facts: Facts) -> str:
-    # The element is named inline, not quoted: SmolLM2 mangled a quoted `"gNB-2253"` into `GNS-2253`.
     span = _time_span(facts)
-    parts = [f"names the element {facts.entity}" if facts.entity else "names the affected element",
-             f"says in your own words what went wrong ({facts.problem})" if facts.problem
-             else "says in your own words what went wrong",
-             f"says that the severity is {facts.severity}" if facts.severity else "says how severe it is",
-             f"and gives the time ({span})" if span else "and says when it happened"]
-    return "Write one sentence for the on-call operator that " + ", ".join(parts) + "."
+    parts = [f"the element {facts.entity}" if facts.entity else "the affected element",
+             f"what went wrong ({facts.problem})" if facts.problem else "what went wrong",
+             f"the severity ({facts.severity})" if facts.severity else "how severe it is",
+             f"the time ({span})" if span else "when it happened"]
+    return "Summarise it in one sentence of your own words that names " + ", ".join(parts[:-1]) + f" and {parts[-1]}."
 
 
 def _user_message(record: TelemetryRecord, facts: Facts, body: str) -> str:
     return (f"Record ({_describe(record)}{_collapsed(record)}):\n{body}\n\n"
             f"Facts:\n{render_key_facts(facts)}\n\n{_instruction(facts)}")
+
+
+# One worked example: a small model copies the shape of an answer (element first, then problem,
+# severity and time) far better than it follows a description of it. Invented values.
+_EXAMPLE_RECORD = TelemetryRecord(
+    id="example", kind="syslog",
+    body="<131>1 2026-03-02T08:14:05.120Z gNB-0007 ngap 311 LINKDOWN - NG link to AMF-02 down: SCTP "
+         "association lost  [repeated 3 times]\n"
+         "<134>1 2026-03-02T08:14:30.004Z gNB-0007 oamd 120 HEARTBEAT - heartbeat sent to OSS, sequence 52",
+)
+_EXAMPLE_FACTS = Facts(entity="gNB-0007", severity="major", problem="NG link to AMF-02 down: SCTP association lost",
+                       first_seen="2026-03-02T08:14:05Z", last_seen="2026-03-02T08:15:40Z", event_count=4,
+                       details={"app": "ngap"})
+_EXAMPLE_ANSWER = ("gNB-0007 reported its NG link to AMF-02 down after the SCTP association was lost, a major "
+                   "fault seen 3 times between 08:14 and 08:15 UTC on 2026-03-02.")
 
 
 def build_messages(
@@ -213,16 +226,20 @@ def build_messages(
     body_token_limit: int | None = None,
     count_tokens: TokenCounter | None = None,
 ) -> list[dict[str, str]]:
-    """Chat messages for a one-pass summary: system + user (the de-duplicated record, trimmed to
-    `body_token_limit` tokens by `count_tokens` or chars/4 when a limit is given, then its facts,
-    then an instruction that repeats the facts the answer must carry)."""
+    """Chat messages for a one-pass summary: system, one worked example (user + assistant), then
+    the record (de-duplicated, trimmed to `body_token_limit` tokens by `count_tokens` or chars/4
+    when a limit is given), its facts and an instruction that repeats the facts to carry."""
     body = render_body(record)
     if record.kind in COMPRESSED_KINDS:
         body = compress_repeats(body)
     if body_token_limit is not None:
         body = trim_to_tokens(body, body_token_limit, count_tokens)
-    return [{"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": _user_message(record, facts, body)}]
+    return [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": _user_message(_EXAMPLE_RECORD, _EXAMPLE_FACTS, _EXAMPLE_RECORD.body)},
+        {"role": "assistant", "content": _EXAMPLE_ANSWER},
+        {"role": "user", "content": _user_message(record, facts, body)},
+    ]
 
 
 def build_chunk_messages(
