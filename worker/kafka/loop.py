@@ -11,7 +11,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -80,8 +80,10 @@ class KafkaWorker:
     (a summary or a dead letter) and commits only acknowledged work. `run()` from one thread."""
 
     def __init__(self, settings: WorkerSettings, summarizer: SummarizerLike, model_name: str,
-                 consumer: Consumer | None = None, producer: Producer | None = None) -> None:
+                 consumer: Consumer | None = None, producer: Producer | None = None,
+                 observer: Callable[[KafkaWorker], None] | None = None) -> None:
         self.settings = settings
+        self.observer = observer  # e.g. metrics: called after every step, from the loop thread
         self.summarizer = summarizer
         self.model_name = model_name
         self.consumer = consumer or Consumer(settings)
@@ -129,6 +131,8 @@ class KafkaWorker:
             while not stop.is_set():
                 self._step(fetch=True)
             self._drain()
+            if self.observer is not None:
+                self.observer(self)
         finally:
             self.consumer.close()
             self.producer.close()
@@ -155,6 +159,14 @@ class KafkaWorker:
                 self._on_result(rid, result)
         self._handle_acks()
         self._maybe_commit(force=False)
+        if self.observer is not None:
+            self.observer(self)
+
+    @property
+    def pending(self) -> tuple[int, int, int]:
+        """(records waiting for summarizer room, records in the summarizer, unacknowledged sends).
+        Only from the loop thread."""
+        return len(self._backlog), len(self._in_summarizer), self._unacked
 
     def _drain(self) -> None:
         """Stop fetching; finish and publish what the summarizer holds; commit the done prefix."""

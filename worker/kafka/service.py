@@ -1,4 +1,5 @@
-"""`telesum worker`: load the model, start the summarizer, serve the Kafka loop until SIGTERM/SIGINT."""
+"""`telesum worker`: load the model, start the summarizer, serve the Kafka loop until SIGTERM/SIGINT.
+With --gpus, supervise one such worker process per GPU instead (`supervisor.py`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import signal
 import threading
 
 from worker.kafka import settings as settings_mod
+from worker.kafka import supervisor
 from worker.kafka.settings import WorkerSettings
+from worker.metrics import WorkerMetrics, gpu_label
 
 log = logging.getLogger(__name__)
 
@@ -64,20 +67,35 @@ def install_signal_handlers(stop: threading.Event) -> None:
     signal.signal(signal.SIGINT, handler)
 
 
+def start_metrics(settings: WorkerSettings, device) -> WorkerMetrics:
+    """This process's metrics, labelled by GPU and worker id; served when settings.metrics_port > 0."""
+    metrics = WorkerMetrics(gpu_label(device), settings.worker_name)
+    if settings.metrics_port:
+        metrics.serve(settings.metrics_port)
+        log.info("metrics: http://0.0.0.0:%d/metrics (gpu=%s, worker=%s)", settings.metrics_port,
+                 metrics.labels["gpu"], metrics.labels["worker"])
+    return metrics
+
+
 def run(args: argparse.Namespace) -> int:
     from worker.kafka.loop import KafkaWorker
 
     settings = WorkerSettings.from_sources(args)
     if not getattr(args, "verbose", False):  # kafka-python logs every connection at INFO
         logging.getLogger("kafka").setLevel(logging.WARNING)
+    if settings.gpus and settings.gpus.strip():
+        return supervisor.run_supervised(settings, verbose=getattr(args, "verbose", False))
+    supervisor.follow_supervisor()
     stop = threading.Event()
     install_signal_handlers(stop)
     loaded = load(settings)
+    metrics = start_metrics(settings, next(loaded.model.parameters()).device)
     summarizer = build_summarizer(settings, loaded)
     summarizer.start()
-    log.info("worker: %s -> %s (dead letters: %s), group %s, model %s", settings.input_topic,
-             settings.output_topic, settings.dlq_topic, settings.group_id, loaded.name)
-    worker = KafkaWorker(settings, summarizer, model_name=loaded.name)
+    log.info("worker %s: %s -> %s (dead letters: %s), group %s, model %s", settings.worker_name,
+             settings.input_topic, settings.output_topic, settings.dlq_topic, settings.group_id, loaded.name)
+    worker = KafkaWorker(settings, metrics.watch_summarizer(summarizer), model_name=loaded.name,
+                         observer=metrics.observe_loop)
     try:
         stats = worker.run(stop)
     finally:

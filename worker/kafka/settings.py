@@ -69,6 +69,15 @@ class WorkerSettings:
     token_budget: int = _opt(8192, "TELESUM_TOKEN_BUDGET", "tokens per packed prefill bin")
     max_new_tokens: int = _opt(128, "TELESUM_MAX_NEW_TOKENS", "summary length limit in tokens")
     max_context: int | None = _opt(None, "TELESUM_MAX_CONTEXT", "context limit (default: the model's)")
+    # Scale-out and observability
+    gpus: str | None = _opt(None, "TELESUM_GPUS",
+                            "one worker process per GPU under a supervisor: 'all', a count N, a list of "
+                            "indices '0,2' (one GPU: '3,'), or 'cpu:N' (N CPU processes, for testing); "
+                            "unset: one process, no supervisor")
+    worker_id: str | None = _opt(None, "TELESUM_WORKER_ID",
+                                 "this process's id in logs and the metrics' worker label (default: the client id)")
+    metrics_port: int = _opt(0, "TELESUM_METRICS_PORT",
+                             "serve Prometheus /metrics on this port, 0 = off; with --gpus, child i uses port + i")
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -88,6 +97,8 @@ class WorkerSettings:
         for name in ("commit_interval_s", "drain_timeout_s"):
             if getattr(self, name) < 0:
                 raise SettingsError(f"{_names(_field(name))} must be >= 0; got {getattr(self, name)}")
+        if not 0 <= self.metrics_port <= 65535:
+            raise SettingsError(f"{_names(_field('metrics_port'))} must be in 0..65535; got {self.metrics_port}")
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
             raise SettingsError("heartbeat interval must be below the session timeout")
         if self.security_protocol.startswith("SASL") and self.sasl_mechanism is None:
@@ -108,6 +119,21 @@ class WorkerSettings:
         if self.security_protocol in ("SSL", "SASL_SSL"):
             cfg["ssl_check_hostname"] = self.ssl_check_hostname
         return cfg
+
+    @property
+    def worker_name(self) -> str:
+        """The `worker` label of logs and metrics."""
+        return self.worker_id or self.client_id
+
+    def to_environment(self) -> dict[str, str]:
+        """Every set field as its environment variable: what `from_sources` reads back into an equal
+        object (the supervisor starts its children with it, keeping secrets off their command line)."""
+        env = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                env[f.metadata["env"]] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        return env
 
     @classmethod
     def from_sources(cls, args: argparse.Namespace | None = None,
@@ -135,6 +161,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         else:
             parser.add_argument(flag, dest=f.name, default=None, type=_base_type(f),
                                 choices=f.metadata["choices"], help=help_text)
+
+
+def environment_names() -> set[str]:
+    """The environment variable of every setting."""
+    return {f.metadata["env"] for f in dataclasses.fields(WorkerSettings)}
 
 
 def _field(name: str) -> dataclasses.Field:
