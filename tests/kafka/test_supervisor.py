@@ -175,6 +175,44 @@ def test_supervisor_child_past_drain_deadline_killed_nonzero(monkeypatch, caplog
     assert "worker cpu1" in caplog.text and "killed at the drain deadline" in caplog.text
 
 
+_ORPHAN_PARENT = """
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1]], env=dict(os.environ, TELESUM_SUPERVISOR_PID=str(os.getpid())))
+time.sleep(120)
+"""
+_ORPHAN_CHILD = """
+import signal, sys, time
+from worker.kafka.supervisor import follow_supervisor
+signal.signal(signal.SIGTERM, lambda *a: (print("sigterm", flush=True), sys.exit(0)))
+follow_supervisor()
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")
+def test_follow_supervisor_parent_killed_child_gets_sigterm():
+    import subprocess
+
+    parent = subprocess.Popen([sys.executable, "-c", _ORPHAN_PARENT, _ORPHAN_CHILD], stdout=subprocess.PIPE)
+    try:
+        assert parent.stdout.readline() == b"ready\n"
+        parent.kill()
+        parent.wait()
+        assert parent.stdout.readline() == b"sigterm\n"  # the orphan drains instead of serving on
+    finally:
+        parent.stdout.close()
+
+
+def test_worker_service_bad_gpus_logs_message_exit_2(caplog):
+    from worker.cli import build_parser
+    from worker.kafka import service
+
+    argv = ["worker", "--gpus", "cpu:0"]
+    assert service.run(build_parser(argv).parse_args(argv)) == 2
+    assert "--gpus (TELESUM_GPUS) must be 'all', a count N > 0" in caplog.text
+
+
 # ---- two CPU workers under the supervisor, real broker --------------------------------------
 
 

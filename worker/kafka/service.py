@@ -10,7 +10,7 @@ import threading
 
 from worker.kafka import settings as settings_mod
 from worker.kafka import supervisor
-from worker.kafka.settings import WorkerSettings
+from worker.kafka.settings import SettingsError, WorkerSettings
 from worker.metrics import WorkerMetrics, gpu_label
 
 log = logging.getLogger(__name__)
@@ -80,11 +80,15 @@ def start_metrics(settings: WorkerSettings, device) -> WorkerMetrics:
 def run(args: argparse.Namespace) -> int:
     from worker.kafka.loop import KafkaWorker
 
-    settings = WorkerSettings.from_sources(args)
+    try:
+        settings = WorkerSettings.from_sources(args)
+        if settings.gpus and settings.gpus.strip():
+            return supervisor.run_supervised(settings, verbose=getattr(args, "verbose", False))
+    except SettingsError as exc:  # an operator's mistake: the message, not a traceback
+        log.error("%s", exc)
+        return 2
     if not getattr(args, "verbose", False):  # kafka-python logs every connection at INFO
         logging.getLogger("kafka").setLevel(logging.WARNING)
-    if settings.gpus and settings.gpus.strip():
-        return supervisor.run_supervised(settings, verbose=getattr(args, "verbose", False))
     supervisor.follow_supervisor()
     stop = threading.Event()
     install_signal_handlers(stop)

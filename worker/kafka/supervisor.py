@@ -101,7 +101,7 @@ def child_environment(settings: WorkerSettings, slot: Slot, base: dict[str, str]
     unsupervised worker on that slot's device, worker id `<worker>-<slot>`, metrics port base + index."""
     if settings.device not in ("auto", slot.device):
         raise SettingsError(f"--device {settings.device!r} conflicts with {_GPUS} {settings.gpus!r}: "
-                            "each child gets its own GPU; leave --device at 'auto'")
+                            "each child's device comes from --gpus; leave --device at 'auto'")
     env = {k: v for k, v in base.items() if k not in environment_names()}
     env.update(settings.to_environment())
     env.pop("TELESUM_GPUS", None)  # a child is one worker, never a supervisor
@@ -132,6 +132,8 @@ class Supervisor:
         self.child_argv = list(child_argv)
         self.out = out if out is not None else sys.stdout.buffer
         self.margin_s = margin_s
+        # Built (and so validated) before any child starts.
+        self._envs = [child_environment(settings, slot, dict(os.environ)) for slot in self.slots]
         self.children: list[_Child] = []
         self._out_lock = threading.Lock()  # protects self.out: one child's line at a time
         self._signals: list[int] = []      # signals received, in order (appended by the handler)
@@ -139,8 +141,7 @@ class Supervisor:
 
     def start(self) -> None:
         """Start every child; their output goes to `out`, each line prefixed with the slot name."""
-        for slot in self.slots:
-            env = child_environment(self.settings, slot, dict(os.environ))
+        for slot, env in zip(self.slots, self._envs):
             proc = subprocess.Popen(self.child_argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     start_new_session=True)
             self.children.append(_Child(slot, proc))
