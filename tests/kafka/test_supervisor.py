@@ -41,6 +41,11 @@ def test_parse_gpus_list_indexes_visible_gpus_ports_by_position():
     assert parse_gpus("1,", ["0", "1"]) == [Slot(0, "gpu1", "1", "cuda")]
 
 
+def test_parse_gpus_repeated_index_shares_a_gpu_with_distinct_names():
+    slots = parse_gpus("0,0", ["7"])
+    assert [(s.name, s.visible_devices) for s in slots] == [("gpu7", "7"), ("gpu7.1", "7")]
+
+
 def test_parse_gpus_cpu_mode_needs_no_gpu():
     assert parse_gpus("cpu:2", []) == [Slot(0, "cpu0", "", "cpu"), Slot(1, "cpu1", "", "cpu")]
 
@@ -52,7 +57,7 @@ def test_parse_gpus_without_cuda_raises_and_points_to_cpu_mode():
 
 @pytest.mark.parametrize("spec, pattern", [
     ("0", "count N > 0"), ("-1", "count N > 0"), ("two", "count N > 0"), ("cpu:0", "count N > 0"),
-    ("cpu:x", "count N > 0"), ("3", "asks for 3 GPUs but only 2"), ("0,0", "names a GPU twice"),
+    ("cpu:x", "count N > 0"), ("3", "asks for 3 GPUs but only 2"),
     ("2,", "names GPU 2 but only 2"), ("0,a", "GPU indices"), (",", "GPU indices"),
 ])
 def test_parse_gpus_bad_spec_raises_naming_the_flag(spec, pattern):

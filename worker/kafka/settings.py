@@ -72,7 +72,8 @@ class WorkerSettings:
     # Scale-out and observability
     gpus: str | None = _opt(None, "TELESUM_GPUS",
                             "one worker process per GPU under a supervisor: 'all', a count N, a list of "
-                            "indices '0,2' (one GPU: '3,'), or 'cpu:N' (N CPU processes, for testing); "
+                            "indices '0,2' (one GPU: '3,'; '0,0' puts two on GPU 0), or 'cpu:N' (N CPU "
+                            "processes, for testing); "
                             "unset: one process, no supervisor")
     worker_id: str | None = _opt(None, "TELESUM_WORKER_ID",
                                  "this process's id in logs and the metrics' worker label (default: the client id)")

@@ -49,8 +49,8 @@ class Slot:
 
 
 def parse_gpus(spec: str, visible: Sequence[str]) -> list[Slot]:
-    """'all' | 'N' (the first N) | 'I,J,...' (indices into `visible`; one GPU: 'I,') | 'cpu:N'.
-    `visible` are the GPU ids this process may hand out. Raises SettingsError naming the problem."""
+    """'all' | 'N' (the first N) | 'I,J,...' (indices into `visible`; one GPU: 'I,'; a repeated index
+    puts several processes on one GPU) | 'cpu:N'. `visible` are the GPU ids this process may hand out. Raises SettingsError naming the problem."""
     text = spec.strip().lower()
     if text.startswith("cpu:"):
         count = _positive_int(text[4:], spec)
@@ -64,9 +64,7 @@ def parse_gpus(spec: str, visible: Sequence[str]) -> list[Slot]:
         parts = [p.strip() for p in text.split(",") if p.strip()]
         if not parts or not all(p.isdigit() for p in parts):
             raise SettingsError(f"{_GPUS} list must be GPU indices like '0,2' (one GPU: '3,'); got {spec!r}")
-        chosen = [int(p) for p in parts]
-        if len(set(chosen)) != len(chosen):
-            raise SettingsError(f"{_GPUS} names a GPU twice: {spec!r}")
+        chosen = [int(p) for p in parts]  # a repeated index shares that GPU between processes
         missing = [i for i in chosen if i >= len(visible)]
         if missing:
             raise SettingsError(f"{_GPUS} names GPU {missing[0]} but only {len(visible)} "
@@ -76,7 +74,11 @@ def parse_gpus(spec: str, visible: Sequence[str]) -> list[Slot]:
         if count > len(visible):
             raise SettingsError(f"{_GPUS} asks for {count} GPUs but only {len(visible)} are visible")
         chosen = list(range(count))
-    return [Slot(pos, f"gpu{visible[i]}", visible[i], "cuda") for pos, i in enumerate(chosen)]
+    slots = []
+    for pos, i in enumerate(chosen):
+        repeat = chosen[:pos].count(i)
+        slots.append(Slot(pos, f"gpu{visible[i]}" + (f".{repeat}" if repeat else ""), visible[i], "cuda"))
+    return slots
 
 
 def visible_gpus() -> list[str]:
@@ -215,10 +217,16 @@ class Supervisor:
 
     def _relay(self, name: str, stream: BinaryIO) -> None:
         prefix = f"[{name}] ".encode()
+        broken = False
         for line in iter(stream.readline, b""):
+            if broken:
+                continue  # keep reading: a child blocked on a full pipe would stop serving
             with self._out_lock:
-                self.out.write(prefix + line)
-                self.out.flush()
+                try:
+                    self.out.write(prefix + line)
+                    self.out.flush()
+                except (OSError, ValueError):  # our own output is gone (closed pipe or file)
+                    broken = True
         stream.close()
 
 
