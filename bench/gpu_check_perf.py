@@ -1,11 +1,12 @@
-"""GPU check of the model's fast paths: fused (compiled) elementwise ops and CUDA-graph decode vs eager.
+"""GPU check of the model's fast path: fused (compiled) elementwise ops vs eager, prefill and decode.
 
     python bench/gpu_check_perf.py --out bench/results/gpu_check_perf.json
     python bench/gpu_check_perf.py --device cpu --small --out /tmp/perf.json   # dry run of the script
 
 Model: Qwen2.5-7B's shape with random bf16 weights. Prefill: one 65,536-token packed bin of corpus A
-(alignment 16), eager vs compiled. Decode: B sequences with 1-2k cached rows each, eager vs compiled vs
-CUDA graphs, one host sync per step (argmax to the host, as the engine does). Each fast path's logits
+(alignment 16), eager vs compiled. Decode: B sequences with 1-2k cached rows each, eager vs compiled,
+one host sync per step (argmax to the host, as the engine does). (CUDA-graph decode was measured
+here on 2026-11-29 and gave no gain once a forward had no host syncs: bench/results/gpu/.) Each fast path's logits
 are compared with eager's; a forward is also run under torch.cuda.set_sync_debug_mode("error").
 Standalone: torch + transformers + this repo (no native dispatcher needed).
 """
@@ -24,7 +25,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from worker.benchmarks.corpora import corpus_token_ids  # noqa: E402
 from worker.engine.runner import ModelRunner  # noqa: E402
 from worker.model import KVCache, ModelConfig, build_pass, fused, random_model  # noqa: E402
-from worker.model.decode_graph import DecodeGraphs  # noqa: E402
 
 QWEN25_7B = {
     "model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584, "intermediate_size": 18944,
@@ -148,22 +148,15 @@ def decode_rows(model, cfg, batches, device, steps, slab) -> dict:
     gen = torch.Generator(device=device).manual_seed(0)
     for t in kv.k_full + kv.v_full:  # cached rows hold plausible values; the scratch row too
         t.normal_(0.0, 0.5, generator=gen)
-    graphs = DecodeGraphs(model, kv, batch_sizes=tuple(b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256)
-                                                      if b <= max(batches)) or (max(batches),))
     runner = ModelRunner(model, kv, device)
-    fused.set_compile_enabled(True)
-    t0 = time.perf_counter()
-    graphs.capture()
-    out: dict = {"decode_capture_s": sync_time(device) - t0, "decode_graphs_used": graphs.use_graphs,
-                 "decode_max_seqlen_k": graphs.max_seqlen_k}
+    out: dict = {}
     rng = torch.Generator().manual_seed(1)
     for b in batches:
         ctx = torch.randint(slab // 2, slab - 8, (b,), generator=rng).tolist()  # rows cached per sequence
         ids = torch.randint(100, cfg.vocab_size - 100, (b,), generator=rng).tolist()
         starts = [i * slab for i in range(b)]
         modes = {"eager": lambda: runner.decode(ids, ctx, starts),
-                 "compiled": lambda: runner.decode(ids, ctx, starts),
-                 "graphs": lambda: graphs.decode(ids, ctx, starts)}
+                 "compiled": lambda: runner.decode(ids, ctx, starts)}
         ref = None
         for mode, step in modes.items():
             fused.set_compile_enabled(mode != "eager")
@@ -178,15 +171,13 @@ def decode_rows(model, cfg, batches, device, steps, slab) -> dict:
                 ref = logits
             else:
                 row["rel_err_vs_eager"], row["top1_vs_eager"] = rel_err(logits, ref), top1(logits, ref)
-            if device.type == "cuda" and mode != "graphs":
+            if device.type == "cuda":
                 meta, pos = build_pass([1] * b, ctx, starts, device=device)
                 tok, rows = torch.tensor(ids, device=device), torch.arange(b, device=device)
                 forward = lambda: model(tok, pos, meta, kv, rows)  # noqa: E731
                 row["host_syncs"] = sync_check(forward)
                 row["kernels_per_step"] = kernels_per_call(forward)
             out[f"decode_B{b}_{mode}"] = row
-        eager_ms = out[f"decode_B{b}_eager"]["ms_per_step"]
-        out[f"decode_B{b}_graphs"]["speedup_vs_eager"] = eager_ms / out[f"decode_B{b}_graphs"]["ms_per_step"]
     return out
 
 

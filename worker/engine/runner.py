@@ -9,24 +9,17 @@ from __future__ import annotations
 import torch
 
 from worker.model.attention import AttentionMetadata
-from worker.model.decode_graph import DecodeGraphs
 from worker.model.kv_cache import KVCache
 
 
 class ModelRunner:
     """Runs prefill (packed bins, long-input chunks) and decode steps against one KV tape."""
 
-    def __init__(self, model: torch.nn.Module, kv: KVCache, device: torch.device | str, *,
-                 cuda_graphs: bool = True) -> None:
+    def __init__(self, model: torch.nn.Module, kv: KVCache, device: torch.device | str) -> None:
         self.model = model
         self.kv = kv
         self.device = torch.device(device)
         self._pin = self.device.type == "cuda"
-        # Decode is launch-bound without graphs (~40 kernels per layer); capture once, replay per step.
-        self.graphs = None
-        if cuda_graphs and DecodeGraphs.supported(model, kv):
-            self.graphs = DecodeGraphs(model, kv)
-            self.graphs.capture()
 
     def _upload(self, *rows: list[int]) -> list[torch.Tensor]:
         """Host int lists -> int64 device tensors, one copy for all of them."""
@@ -77,8 +70,6 @@ class ModelRunner:
     @torch.inference_mode()
     def decode(self, input_ids: list[int], positions: list[int], slab_starts: list[int]) -> torch.Tensor:
         """One token per sequence at the given positions (= rows already cached) -> float32 [B, V]."""
-        if self.graphs is not None and self.graphs.can_run(len(input_ids), max(positions)):
-            return self.graphs.decode(input_ids, positions, slab_starts)
         b = len(input_ids)
         ids, pos, starts, slots, used, cu = self._upload(
             input_ids, positions, slab_starts, [s + p for s, p in zip(slab_starts, positions)],
