@@ -102,10 +102,16 @@ def test_summarizer_beyond_context_summarises_hierarchically(loaded):
 
 
 def test_summarizer_failed_request_comes_back_as_exception_and_loop_survives(loaded):
-    s = _summarizer(loaded, kv_capacity_rows=1000)
+    ok, big = _record(4), _record(3, body="x " * 400)
+    s = _summarizer(loaded, kv_capacity_rows=1)  # only to measure prompts with the real template
+    prompt_len = {r.id: len(s.tokenize(build_messages(r, extract_facts(r)))) for r in (ok, big)}
+    s.close()
+    capacity = prompt_len["r4"] + MAX_NEW  # exactly what "ok" needs
+    assert prompt_len["r3"] + MAX_NEW > capacity and prompt_len["r3"] + MAX_NEW <= s.max_context
+    s = _summarizer(loaded, kv_capacity_rows=capacity)
     try:
-        s.submit("big", _record(3, body="x " * 400))  # ~1550 prompt tokens > 1000 rows; "ok" needs ~870
-        s.submit("ok", _record(4))
+        s.submit("big", big)
+        s.submit("ok", ok)
         results = {}
         while len(results) < 2:
             results.update(s.poll(1.0))
