@@ -81,6 +81,11 @@ def test_worker_n_records_exactly_n_answers_by_id(kafka_bootstrap, topics, start
     assert headers["telesum-model"] == b"tiny-random"
     summary = msgspec.json.decode(first.value)
     assert first.key == f"k{int(summary['id'].split('-')[1])}".encode() == summary["key"].encode()
+    # The structured facts travel with every summary (each record comes from gnb-N's rrc app, severity info).
+    for r in (r for r in got if r.topic == out):
+        facts = msgspec.json.decode(r.value)["facts"]
+        i = int(msgspec.json.decode(r.value)["id"].split("-")[1])
+        assert facts["entity"] == f"gnb-{i % 7}" and facts["severity"] == "info", facts
 
 
 def test_worker_sigkill_mid_stream_restart_answers_every_id(kafka_bootstrap, topics, start_worker):
