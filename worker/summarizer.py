@@ -26,7 +26,7 @@ from worker.engine.runner import ModelRunner
 from worker.engine.sequence import SamplingParams, Sequence, SequenceStatus
 from worker.facts import extract_facts
 from worker.messages import Facts, Summary, TelemetryRecord, Timings
-from worker.prompts import build_messages
+from worker.prompts import STOP_STRINGS, build_messages
 
 # A closed summarizer's thread finishes its step; joining longer than this means it is stuck.
 _JOIN_POLL_S = 0.05
@@ -58,7 +58,8 @@ class Summarizer:
                  max_context: int | None = None) -> None:
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer
-        self.params = sampling or SamplingParams(max_new_tokens=max_new_tokens)
+        # The prompts ask for one paragraph; the stop string ends the model's habit of adding another.
+        self.params = sampling or SamplingParams(max_new_tokens=max_new_tokens, stop=STOP_STRINGS)
         if self.params.max_new_tokens != max_new_tokens:
             self.params = SamplingParams(max_new_tokens, self.params.temperature, self.params.top_p,
                                          self.params.stop)

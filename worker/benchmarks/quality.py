@@ -163,9 +163,7 @@ def summarise(records: list[TelemetryRecord], model: str | None, device: str, ma
     """(record, Summary or exception) in order, through the real Summarizer."""
     import torch
 
-    from worker.engine.sequence import SamplingParams
     from worker.model import embedded_model_path, load_model
-    from worker.prompts import STOP_STRINGS
     from worker.summarize import CPU_SEQS_PER_BIN, CPU_TOKEN_BUDGET, GPU_SEQS_PER_BIN, GPU_TOKEN_BUDGET
     from worker.summarizer import Summarizer
 
@@ -174,7 +172,6 @@ def summarise(records: list[TelemetryRecord], model: str | None, device: str, ma
     loaded = load_model(model or embedded_model_path(), device=dev)
     summarizer = Summarizer(loaded, token_budget=GPU_TOKEN_BUDGET if on_gpu else CPU_TOKEN_BUDGET,
                             max_new_tokens=max_new_tokens,
-                            sampling=SamplingParams(max_new_tokens, stop=STOP_STRINGS),
                             max_seqs_per_bin=GPU_SEQS_PER_BIN if on_gpu else CPU_SEQS_PER_BIN)
     summarizer.start()
     try:
