@@ -10,6 +10,7 @@ Writes DIR/gpu_bench.json and prints a table. Needs CUDA, torch and transformers
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import statistics
@@ -102,7 +103,34 @@ def ours_prefill(loaded, docs, alignment: int) -> dict:
             "fill_ratio": padded / (BUDGET * max(1, num_bins)), "pad_fraction": (padded - real) / padded}
 
 
-def ours_summarize(loaded, docs, new_tokens: int) -> dict:
+class GpuBusySampler:
+    """Samples NVML's utilization (share of time a kernel ran) every 10 ms while active."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.01):
+            self.samples.append((time.perf_counter(), torch.cuda.utilization()))
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def idle_fraction(self, lo: float = 0.1, hi: float = 0.9) -> float:
+        """Mean idle share over the middle of the window (lo..hi of it): the steady state."""
+        t0, t1 = self.samples[0][0], self.samples[-1][0]
+        mid = [u for t, u in self.samples if t0 + lo * (t1 - t0) <= t <= t0 + hi * (t1 - t0)]
+        return 1.0 - statistics.mean(mid) / 100.0
+
+
+def ours_summarize(loaded, docs, new_tokens: int, busy: GpuBusySampler | None = None) -> dict:
     cfg = loaded.config
     rows = sum(len(d) + new_tokens for d in docs) + BUDGET
     arena = KVArena(cfg, rows, dtype=torch.bfloat16, device=torch.device("cuda"))
@@ -114,12 +142,13 @@ def ours_summarize(loaded, docs, new_tokens: int) -> dict:
     params = SamplingParams(max_new_tokens=new_tokens)
     t0 = sync_time()
     thread = threading.Thread(target=engine.run, daemon=True)
-    thread.start()
-    for d in docs:
-        engine.add(d.tolist(), params)
-    engine.close_intake()
-    thread.join()
-    dt = sync_time() - t0
+    with busy or contextlib.nullcontext():
+        thread.start()
+        for d in docs:
+            engine.add(d.tolist(), params)
+        engine.close_intake()
+        thread.join()
+        dt = sync_time() - t0
     seqs = [engine.finished.get() for _ in range(len(docs))]
     failed = [s for s in seqs if s.error is not None]
     lengths = [len(s.output) for s in seqs]
@@ -199,6 +228,38 @@ def hf_generate_batch(model, docs, new_tokens: int) -> dict:
     return {"docs_per_s": len(docs) / dt, "seconds": dt}
 
 
+def extra(loaded, cfg: ModelConfig, res: dict, out: Path) -> None:
+    """Corpus C (long tail, clipped to the model's context) where padded batches run out of memory,
+    and the GPU's idle share while the engine summarises corpus A."""
+    limit = cfg.max_position_embeddings - 256
+    docs_c = [d[:limit] for d in corpus_token_ids("C", 256, cfg.vocab_size, seed=3)]
+    res["corpus_C"] = {"docs": len(docs_c), "max_tokens": max(map(len, docs_c)),
+                       "mean_tokens": statistics.mean(map(len, docs_c))}
+    res["ours_prefill_C_align16"] = ours_prefill(loaded, docs_c, 16)
+    gen_docs = corpus_token_ids("A", 128, cfg.vocab_size, seed=1)
+    ours_summarize(loaded, gen_docs[:4], 8)  # warm-up
+    with GpuBusySampler() as busy:
+        r = ours_summarize(loaded, gen_docs, 128)
+    r["gpu_idle_fraction_steady"] = busy.idle_fraction()
+    r["gpu_idle_fraction_whole_run"] = busy.idle_fraction(0.0, 1.0)
+    r["nvml_samples"] = len(busy.samples)
+    res["ours_summarize_A_idle"] = r
+    (out / "gpu_extra.json").write_text(json.dumps(res, indent=2))
+    del loaded
+    gc.collect()
+    torch.cuda.empty_cache()
+    model = hf_model()
+    for bs in (32, 8):
+        try:
+            res[f"hf_padded_prefill_C_bs{bs}"] = hf_padded_prefill(model, docs_c, bs)
+        except torch.cuda.OutOfMemoryError as exc:
+            res[f"hf_padded_prefill_C_bs{bs}"] = {"oom": True, "error": str(exc).splitlines()[0][:200]}
+            gc.collect()
+            torch.cuda.empty_cache()
+    (out / "gpu_extra.json").write_text(json.dumps(res, indent=2))
+    print_table(res)
+
+
 def profile_summarize(loaded, docs, out: Path) -> None:
     from torch.profiler import ProfilerActivity, profile
 
@@ -218,6 +279,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--quick", action="store_true", help="small corpora, for a smoke run")
     ap.add_argument("--profile", action="store_true", help="profile our summarise run and stop")
+    ap.add_argument("--extra", action="store_true",
+                    help="only corpus C (long tail) vs a padded batch of 32, and GPU idle time while summarising")
     ap.add_argument("--chart-from", type=Path, help="only draw DIR/gpu_bench.png from this results JSON (no GPU)")
     args = ap.parse_args()
     if args.chart_from:
@@ -241,6 +304,9 @@ def main() -> None:
     fpt = flops_per_token(cfg)
     if args.profile:
         profile_summarize(loaded, corpus_token_ids("A", 16, cfg.vocab_size, seed=1), args.out)
+        return
+    if args.extra:
+        extra(loaded, cfg, res, args.out)
         return
     corpora = {name: corpus_token_ids(name, n_prefill, cfg.vocab_size, seed=1) for name in "AB"}
     for name, docs in corpora.items():
