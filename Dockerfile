@@ -14,5 +14,6 @@ RUN pip install --no-cache-dir . \
 
 RUN useradd --create-home telesum
 USER telesum
+EXPOSE 9400
 ENTRYPOINT ["telesum"]
 CMD ["worker"]
