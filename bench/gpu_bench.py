@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from worker.benchmarks.corpora import corpus_token_ids
+from worker.benchmarks.corpora import QWEN25_7B, corpus_token_ids
 from worker.dispatch import BinDispatcher
 from worker.engine.engine import Engine
 from worker.engine.kv_arena import KVArena
@@ -29,12 +29,6 @@ from worker.engine.runner import ModelRunner
 from worker.engine.sequence import SamplingParams
 from worker.model import ModelConfig, random_model
 
-QWEN25_7B = {
-    "model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584, "intermediate_size": 18944,
-    "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
-    "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "max_position_embeddings": 32768,
-    "tie_word_embeddings": False, "bos_token_id": 151643, "eos_token_id": 151645,
-}
 BUDGET = 65536
 
 

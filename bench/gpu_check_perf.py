@@ -22,16 +22,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from worker.benchmarks.corpora import corpus_token_ids  # noqa: E402
+from worker.benchmarks.corpora import QWEN25_7B, corpus_token_ids  # noqa: E402
 from worker.engine.runner import ModelRunner  # noqa: E402
 from worker.model import KVCache, ModelConfig, build_pass, fused, random_model  # noqa: E402
 
-QWEN25_7B = {
-    "model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584, "intermediate_size": 18944,
-    "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
-    "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "max_position_embeddings": 32768,
-    "tie_word_embeddings": False, "bos_token_id": 151643, "eos_token_id": 151645,
-}
 ALIGN = 16
 
 

@@ -221,17 +221,6 @@ def test_worker_service_bad_gpus_logs_message_exit_2(caplog):
 # ---- two CPU workers under the supervisor, real broker --------------------------------------
 
 
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory):
-    """SmolLM2's tokenizer saved as a folder once: a worker loads it in about a second."""
-    from worker.model.loader import embedded_model_path
-    from worker.model.tokenizer import load_tokenizer
-
-    folder = tmp_path_factory.mktemp("tokenizer")
-    load_tokenizer(embedded_model_path()).save_pretrained(folder)
-    return folder
-
-
 @pytest.fixture
 def supervised(kafka_bootstrap, make_topic, tokenizer_dir, tmp_path):
     """Factory: a `telesum worker --gpus cpu:2` process on fresh topics; killed at teardown if alive."""

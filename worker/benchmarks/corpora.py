@@ -1,4 +1,4 @@
-"""Benchmark corpora as token-id lengths: A (stress mix), B (uniform), C (OAM long tail).
+"""Benchmark corpora as token-id lengths: A (stress mix), B (uniform), C (OAM long tail); the speed model.
 
 Speed does not depend on token values, so the GPU benchmarks draw random ids; ~1.3 tokens per word.
 """
@@ -8,6 +8,14 @@ from __future__ import annotations
 import numpy as np
 
 TOKENS_PER_WORD = 1.3
+
+# The speed model of the GPU benchmarks: Qwen2.5-7B's config.json fields (weights are random).
+QWEN25_7B = {
+    "model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584, "intermediate_size": 18944,
+    "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+    "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "max_position_embeddings": 32768,
+    "tie_word_embeddings": False, "bos_token_id": 151643, "eos_token_id": 151645,
+}
 
 
 def corpus_words(name: str, n: int, seed: int = 0) -> np.ndarray:
