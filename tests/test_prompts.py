@@ -8,6 +8,7 @@ import pytest
 
 from worker.messages import Facts, TelemetryRecord
 from worker.prompts import (
+    STRUCTURED_BODY_TOKENS,
     approx_tokens,
     build_chunk_messages,
     build_merge_messages,
@@ -41,7 +42,8 @@ def _name(i: int) -> str:
 def _user(messages):
     """The last user message: the one about the record (one-pass prompts open with a worked example)."""
     roles = [m["role"] for m in messages]
-    assert roles in (["system", "user"], ["system", "user", "assistant", "user"])
+    assert roles[0] == "system" and roles[-1] == "user"
+    assert roles[1:-1] == ["user", "assistant"] * ((len(roles) - 2) // 2)
     return messages[-1]["content"]
 
 
@@ -75,8 +77,9 @@ def test_build_messages_record_then_facts_then_instruction_naming_them():
     instruction = user.splitlines()[-1]
     assert record_at < facts_at < user.index(instruction)
     assert instruction.startswith("Summarise it in one sentence") and "names the element gnb-0042" in instruction
-    for value in ("(S1 link down)", "severity (major)", "2026-11-29T10:00:00Z to 2026-11-29T10:05:00Z"):
+    for value in ("(S1 link down)", '"severity major"', "2026-11-29T10:00:00Z to 2026-11-29T10:05:00Z"):
         assert value in instruction
+    assert instruction.endswith("Start with gnb-0042.")  # the element is the last thing read
 
 
 def test_build_messages_core_facts_after_at_most_four_details():
@@ -95,8 +98,45 @@ def test_build_messages_worked_example_precedes_record_and_shares_nothing_with_i
     messages = build_messages(_record("<11>1 2026-11-29T10:00:00Z gnb-0042 s1ap - - - x"), FACTS)
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
     example_answer = messages[2]["content"]
-    assert example_answer.startswith("gNB-0007") and "major" in example_answer
+    assert example_answer.startswith("gNB-0007") and "severity minor" in example_answer
     assert "gnb-0042" not in messages[1]["content"] + example_answer
+
+
+@pytest.mark.parametrize("kind, describe", [("syslog", "syslog messages"), ("trace", "signalling trace"),
+                                            ("pm", "3GPP PM report"), ("ves", "VES event"),
+                                            ("text", "syslog messages")])
+def test_build_messages_worked_example_is_of_the_records_kind(kind, describe):
+    body = {"event": {"commonEventHeader": {"sourceName": "x"}}} if kind == "ves" else "x"
+    example_user = build_messages(_record(body, kind=kind), FACTS)[1]["content"]
+    assert example_user.startswith(f"Record ({describe}")
+
+
+def test_build_messages_pm_gets_fault_and_quiet_examples_others_one():
+    pm = build_messages(_record("x", kind="pm"), FACTS)
+    answers = [m["content"] for m in pm if m["role"] == "assistant"]
+    assert len(pm) == 6 and "severity minor" in answers[0] and "severity info" in answers[1]
+    assert len(build_messages(_record("x", kind="trace"), FACTS)) == 4
+
+
+def test_build_messages_examples_share_no_problem_with_generated_telemetry():
+    from worker.telemetry import generate
+
+    answers = {build_messages(_record("x", kind=k), FACTS)[2]["content"].lower() for k in ("syslog", "trace", "pm")}
+    answers.add(build_messages(_record({"event": {}}, kind="ves"), FACTS)[2]["content"].lower())
+    for _, truth in generate(200, "short", 3):
+        keywords = [w.strip() for w in truth.details["problemKeywords"].split(",")]
+        for answer in answers:  # a copied example phrase must not pass for a real problem
+            assert not all(re.search(r"(?<![a-z0-9])" + re.escape(k), answer) for k in keywords), (keywords, answer)
+
+
+def test_build_messages_pm_body_trimmed_with_marker_element_line_kept():
+    lines = ['<measCollecFile>', '<managedElement localDn="ManagedElement=gnb-0042" userLabel="gnb-0042"/>']
+    lines += [f'<r p="{i}">{1000 + i}</r>' for i in range(300)] + ['</measCollecFile>']
+    user = _user(build_messages(_record("\n".join(lines), kind="pm"), FACTS))
+    body = user.split("Facts:")[0]
+    assert 'userLabel="gnb-0042"' in body and "</measCollecFile>" in body
+    assert re.search(r"\[\.\.\. \d+ lines omitted \.\.\.\]", body)
+    assert approx_tokens(body) <= STRUCTURED_BODY_TOKENS + 20
 
 
 def test_build_messages_system_prompt_asks_for_element_problem_severity_time():

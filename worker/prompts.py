@@ -22,9 +22,13 @@ SYSTEM_PROMPT = (
     "Use the facts you are given; do not copy log lines, do not invent values, no lists."
 )
 MAX_PROMPT_DETAILS = 4  # more detail lines than this drown the core facts for a small model
-# The answer is one sentence; what a small model writes after a blank line is commentary on it
-# ("The above message is a summary ..."). Generation stops there; the text before is kept.
-STOP_STRINGS = ("\n\n",)
+# The answer is one sentence on one line; what a small model writes on the next line is commentary
+# ("The above message is a summary ...") or a stray log line. Generation stops there; the text
+# before is kept.
+STOP_STRINGS = ("\n",)
+# Greedy decoding of the 4-bit 135M model sometimes loops ("2000000...", "-DU-0114-DU-0114...");
+# a penalty on tokens the summary already holds breaks the loop (the prompt's tokens are not penalised).
+REPETITION_PENALTY = 1.1
 CHUNK_SYSTEM_PROMPT = (
     "You are a network operations assistant. You read one part of a long telecom log and note, "
     "in one or two plain sentences, which network elements had which problems, how severe, and "
@@ -195,9 +199,11 @@ def _instruction(facts: Facts) -> str:
     span = _time_span(facts)
     parts = [f"the element {facts.entity}" if facts.entity else "the affected element",
              f"what went wrong ({facts.problem})" if facts.problem else "what went wrong",
-             f"the severity ({facts.severity})" if facts.severity else "how severe it is",
+             f'the severity as "severity {facts.severity}"' if facts.severity else "how severe it is",
              f"the time ({span})" if span else "when it happened"]
-    return "Summarise it in one sentence of your own words that names " + ", ".join(parts[:-1]) + f" and {parts[-1]}."
+    start = f" Start with {facts.entity}." if facts.entity else ""
+    return ("Summarise it in one sentence of your own words that names " + ", ".join(parts[:-1])
+            + f" and {parts[-1]}.{start}")
 
 
 def _user_message(record: TelemetryRecord, facts: Facts, body: str) -> str:
@@ -205,19 +211,67 @@ def _user_message(record: TelemetryRecord, facts: Facts, body: str) -> str:
             f"Facts:\n{render_key_facts(facts)}\n\n{_instruction(facts)}")
 
 
-# One worked example: a small model copies the shape of an answer (element first, then problem,
-# severity and time) far better than it follows a description of it. Invented values.
-_EXAMPLE_RECORD = TelemetryRecord(
-    id="example", kind="syslog",
-    body="<131>1 2026-03-02T08:14:05.120Z gNB-0007 ngap 311 LINKDOWN - NG link to AMF-02 down: SCTP "
-         "association lost  [repeated 3 times]\n"
-         "<134>1 2026-03-02T08:14:30.004Z gNB-0007 oamd 120 HEARTBEAT - heartbeat sent to OSS, sequence 52",
-)
-_EXAMPLE_FACTS = Facts(entity="gNB-0007", severity="major", problem="NG link to AMF-02 down: SCTP association lost",
-                       first_seen="2026-03-02T08:14:05Z", last_seen="2026-03-02T08:15:40Z", event_count=4,
-                       details={"app": "ngap"})
-_EXAMPLE_ANSWER = ("gNB-0007 reported its NG link to AMF-02 down after the SCTP association was lost, a major "
-                   "fault seen 3 times between 08:14 and 08:15 UTC on 2026-03-02.")
+# Worked examples per kind: a small model copies the shape of an answer (element and severity
+# first, then the problem and the time) far better than it follows a description of it. Per kind so a PM report
+# is not answered in a syslog example's words; PM gets a fault and a quiet report, else the model
+# copies the fault into quiet reports. Invented elements and problems that the generated telemetry
+# never has, so a copied phrase cannot pass for the right answer.
+def _example(kind: str, body: str, facts: Facts, answer: str) -> tuple[TelemetryRecord, Facts, str]:
+    return TelemetryRecord(id=f"example-{kind}", kind=kind, body=body), facts, answer
+
+
+_EXAMPLES = {
+    "syslog": (_example(
+        "syslog",
+        "<132>1 2026-03-02T08:14:05.120Z gNB-0007 sfpd 311 SFP - SFP module in port 2 removed  [repeated 3 times]\n"
+        "<134>1 2026-03-02T08:14:30.004Z gNB-0007 oamd 120 HEARTBEAT - heartbeat sent to OSS, sequence 52",
+        Facts(entity="gNB-0007", severity="minor", problem="SFP module in port 2 removed",
+              first_seen="2026-03-02T08:14:05Z", last_seen="2026-03-02T08:14:30Z", event_count=4,
+              details={"app": "sfpd"}),
+        "gNB-0007, severity minor: SFP module in port 2 removed, 3 times between 08:14 and 08:15 UTC "
+        "on 2026-03-02."),),
+    "trace": (_example(
+        "trace",
+        "2026-03-02T08:14:05.120Z gNB-0007 -> AMF-09 NGAP PagingRequest ue=5521\n"
+        "2026-03-02T08:14:06.400Z AMF-09 -> gNB-0007 NGAP PagingReject ue=5521 cause=misc:om-intervention  "
+        "[repeated 2 times]",
+        Facts(entity="gNB-0007", severity="minor", problem="paging rejected: O&M intervention (2 rejects)",
+              first_seen="2026-03-02T08:14:05Z", last_seen="2026-03-02T08:14:06Z", event_count=3,
+              details={"elements": "gNB-0007, AMF-09"}),
+        "gNB-0007, severity minor: paging rejected by AMF-09 for an O&M intervention, 2 rejects at "
+        "08:14 UTC on 2026-03-02."),),
+    "pm": (_example(
+        "pm",
+        '<managedElement localDn="ManagedElement=eNB-0007" userLabel="eNB-0007"/>\n'
+        '<measType p="1">PAG.DiscardedNbr</measType>\n[... 40 lines omitted ...]',
+        Facts(entity="eNB-0007", severity="minor", problem="high paging discard count 812 on EUtranCell=2",
+              first_seen="2026-03-02T08:00:00Z", last_seen="2026-03-02T08:15:00Z", event_count=3,
+              details={"granularityPeriod": "900 s", "measuredObjects": "3"}),
+        "eNB-0007, severity minor: a high paging discard count of 812 on EUtranCell=2 from 08:00 to "
+        "08:15 UTC on 2026-03-02."),
+    _example(
+        "pm",
+        '<managedElement localDn="ManagedElement=eNB-0009" userLabel="eNB-0009"/>\n'
+        '<measType p="1">PAG.DiscardedNbr</measType>\n[... 40 lines omitted ...]',
+        Facts(entity="eNB-0009", severity="info", problem="paging counters as expected",
+              first_seen="2026-03-02T09:00:00Z", last_seen="2026-03-02T09:15:00Z", event_count=3,
+              details={"granularityPeriod": "900 s", "measuredObjects": "3"}),
+        "eNB-0009, severity info: paging counters as expected on all 3 cells from 09:00 to 09:15 UTC "
+        "on 2026-03-02.")),
+    "ves": (_example(
+        "ves",
+        "event.commonEventHeader.domain: fault\nevent.commonEventHeader.sourceName: gNB-0007-CU\n"
+        "event.faultFields.specificProblem: Battery backup discharging\nevent.faultFields.eventSeverity: MINOR",
+        Facts(entity="gNB-0007-CU", severity="minor", problem="Battery backup discharging",
+              first_seen="2026-03-02T08:14:05Z", details={"domain": "fault"}),
+        "gNB-0007-CU, severity minor: battery backup discharging at 08:14 UTC on 2026-03-02."),),
+}
+_EXAMPLES["text"] = _EXAMPLES["syslog"]
+
+# PM XML and VES objects are long and their numbers are already in the facts (counters, rates,
+# fields): the model gets only their head and tail, so it does not lose the element among counters.
+STRUCTURED_BODY_TOKENS = 160
+STRUCTURED_KINDS = frozenset({"pm", "ves"})
 
 
 def build_messages(
@@ -226,20 +280,23 @@ def build_messages(
     body_token_limit: int | None = None,
     count_tokens: TokenCounter | None = None,
 ) -> list[dict[str, str]]:
-    """Chat messages for a one-pass summary: system, one worked example (user + assistant), then
-    the record (de-duplicated, trimmed to `body_token_limit` tokens by `count_tokens` or chars/4
-    when a limit is given), its facts and an instruction that repeats the facts to carry."""
+    """Chat messages for a one-pass summary: system, the worked examples of the record's kind
+    (user + assistant each), then the record (de-duplicated; trimmed to `body_token_limit` tokens by
+    `count_tokens` or chars/4 when a limit is given, PM and VES bodies always to at most
+    `STRUCTURED_BODY_TOKENS`), its facts and an instruction that repeats the facts to carry."""
     body = render_body(record)
     if record.kind in COMPRESSED_KINDS:
         body = compress_repeats(body)
+    if record.kind in STRUCTURED_KINDS:
+        body_token_limit = min(body_token_limit or STRUCTURED_BODY_TOKENS, STRUCTURED_BODY_TOKENS)
     if body_token_limit is not None:
         body = trim_to_tokens(body, body_token_limit, count_tokens)
-    return [
-        {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": _user_message(_EXAMPLE_RECORD, _EXAMPLE_FACTS, _EXAMPLE_RECORD.body)},
-        {"role": "assistant", "content": _EXAMPLE_ANSWER},
-        {"role": "user", "content": _user_message(record, facts, body)},
-    ]
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}]
+    for example, example_facts, answer in _EXAMPLES.get(record.kind, _EXAMPLES["text"]):
+        messages.append({"role": "user", "content": _user_message(example, example_facts, render_body(example))})
+        messages.append({"role": "assistant", "content": answer})
+    messages.append({"role": "user", "content": _user_message(record, facts, body)})
+    return messages
 
 
 def build_chunk_messages(

@@ -175,7 +175,8 @@ class Engine:
             logits = self.runner.decode([s.output[-1] for s in seqs], [s.num_cached for s in seqs],
                                         [s.slab_start for s in seqs])
         batch = SamplingBatch([s.params.temperature for s in seqs], [s.params.top_p for s in seqs],
-                              logits.device)
+                              logits.device, [s.params.repetition_penalty for s in seqs],
+                              [s.output for s in seqs])
         return batch.sample(logits, self.generator).tolist()  # the step's one host sync
 
     def _emit(self, seqs: list[Sequence]) -> None:

@@ -1,4 +1,4 @@
-"""Token sampling on the device, without host syncs: greedy, temperature, top-p."""
+"""Token sampling on the device, without host syncs: greedy, temperature, top-p, repetition penalty."""
 
 from __future__ import annotations
 
@@ -30,18 +30,47 @@ def _top_p_filter(probs: torch.Tensor, top_ps: torch.Tensor) -> torch.Tensor:
     return torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
 
 
-class SamplingBatch:
-    """Per-row sampling parameters for one step, built from host values so an all-greedy step skips the softmax."""
+def apply_repetition_penalty(logits: torch.Tensor,     # float32 [B, V]
+                             history: torch.Tensor,    # int64 [B, L]; -1 = padding
+                             penalties: torch.Tensor,  # float32 [B]; 1 = no penalty
+                             ) -> torch.Tensor:        # float32 [B, V], a new tensor
+    """Make tokens already generated less likely: a seen token's logit is divided by the row's
+    penalty when positive and multiplied by it when negative (the usual CTRL rule), once per
+    distinct token however often it occurred."""
+    valid = history >= 0  # [B, L]
+    # scatter_add is order-independent, so repeated tokens and padding (sent to id 0 with weight 0) are safe
+    counts = torch.zeros_like(logits).scatter_add_(-1, history.clamp_min(0), valid.to(logits.dtype))  # [B, V]
+    p = penalties.unsqueeze(-1)  # [B, 1]
+    penalised = torch.where(logits > 0, logits / p, logits * p)  # [B, V]
+    return torch.where(counts > 0, penalised, logits)
 
-    def __init__(self, temperatures: list[float], top_ps: list[float], device) -> None:
+
+class SamplingBatch:
+    """Per-row sampling parameters for one step, built from host values so an all-greedy,
+    penalty-free step is a plain argmax (no softmax, no host->device copy)."""
+
+    def __init__(self, temperatures: list[float], top_ps: list[float], device,
+                 repetition_penalties: list[float] | None = None,
+                 histories: list[list[int]] | None = None) -> None:
         self.any_sampling = any(t > 0 for t in temperatures)
         self.temperatures = self.top_ps = None
         if self.any_sampling:  # a host->device copy syncs the stream: only when the values are used
             self.temperatures = torch.tensor(temperatures, dtype=torch.float32, device=device)
             self.top_ps = torch.tensor(top_ps, dtype=torch.float32, device=device)
+        self.penalties = self.history = None
+        if repetition_penalties is not None and any(p != 1.0 for p in repetition_penalties):
+            if histories is None or len(histories) != len(repetition_penalties):
+                raise ValueError("repetition penalties need one token history per row")
+            width = max((len(h) for h in histories), default=0)
+            if width:
+                rows = [list(h) + [-1] * (width - len(h)) for h in histories]
+                self.history = torch.tensor(rows, dtype=torch.int64, device=device)  # [B, L]
+                self.penalties = torch.tensor(repetition_penalties, dtype=torch.float32, device=device)
 
     def sample(self, logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         """[B, V] -> int64 [B] on the logits' device. No host sync."""
+        if self.penalties is not None:
+            logits = apply_repetition_penalty(logits, self.history, self.penalties)
         if not self.any_sampling:
             return logits.argmax(dim=-1)
         return sample(logits, self.temperatures, self.top_ps, generator)

@@ -9,12 +9,14 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to pick new tokens. temperature 0 = greedy; stop strings end generation (not included)."""
+    """How to pick new tokens. temperature 0 = greedy; stop strings end generation (not included);
+    repetition_penalty > 1 makes tokens this sequence already generated less likely (1 = off)."""
 
     max_new_tokens: int = 128
     temperature: float = 0.0
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
+    repetition_penalty: float = 1.0
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -23,6 +25,8 @@ class SamplingParams:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not self.repetition_penalty > 0:
+            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
 
     @property
     def is_greedy(self) -> bool:
