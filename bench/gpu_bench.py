@@ -124,15 +124,14 @@ class GpuBusySampler:
         return 1.0 - statistics.mean(mid) / 100.0
 
 
-def ours_summarize(loaded, docs, new_tokens: int, busy: GpuBusySampler | None = None,
-                   lookahead: bool = True) -> dict:
+def ours_summarize(loaded, docs, new_tokens: int, busy: GpuBusySampler | None = None) -> dict:
     cfg = loaded.config
     rows = sum(len(d) + new_tokens for d in docs) + BUDGET
     arena = KVArena(cfg, rows, dtype=torch.bfloat16, device=torch.device("cuda"))
     disp = BinDispatcher(BUDGET, alignment=16, max_seqs_per_bin=1024,
                          queue_capacity_tokens=sum(len(d) for d in docs) + BUDGET)
     engine = Engine(ModelRunner(loaded.model, arena.cache, "cuda"), disp, arena.slabs,
-                    eos_ids=(), max_context=cfg.max_position_embeddings, lookahead=lookahead)
+                    eos_ids=(), max_context=cfg.max_position_embeddings)
     disp.start()
     params = SamplingParams(max_new_tokens=new_tokens)
     t0 = sync_time()
@@ -225,7 +224,7 @@ def hf_generate_batch(model, docs, new_tokens: int) -> dict:
 
 def extra(loaded, cfg: ModelConfig, res: dict, out: Path) -> None:
     """Corpus C (long tail, clipped to the model's context) where padded batches run out of memory,
-    and the GPU's idle share while the engine summarises corpus A, with and without decode lookahead."""
+    and the GPU's idle share while the engine summarises corpus A."""
     limit = cfg.max_position_embeddings - 256
     docs_c = [d[:limit] for d in corpus_token_ids("C", 256, cfg.vocab_size, seed=3)]
     res["corpus_C"] = {"docs": len(docs_c), "max_tokens": max(map(len, docs_c)),
@@ -233,14 +232,12 @@ def extra(loaded, cfg: ModelConfig, res: dict, out: Path) -> None:
     res["ours_prefill_C_align16"] = ours_prefill(loaded, docs_c, 16)
     gen_docs = corpus_token_ids("A", 128, cfg.vocab_size, seed=1)
     ours_summarize(loaded, gen_docs[:4], 8)  # warm-up
-    for key, lookahead in (("ours_summarize_A_idle", True), ("ours_summarize_A_idle_no_lookahead", False)):
-        with GpuBusySampler() as busy:
-            r = ours_summarize(loaded, gen_docs, 128, lookahead=lookahead)
-        r["lookahead"] = lookahead
-        r["gpu_idle_fraction_steady"] = busy.idle_fraction()
-        r["gpu_idle_fraction_whole_run"] = busy.idle_fraction(0.0, 1.0)
-        r["nvml_samples"] = len(busy.samples)
-        res[key] = r
+    with GpuBusySampler() as busy:
+        r = ours_summarize(loaded, gen_docs, 128)
+    r["gpu_idle_fraction_steady"] = busy.idle_fraction()
+    r["gpu_idle_fraction_whole_run"] = busy.idle_fraction(0.0, 1.0)
+    r["nvml_samples"] = len(busy.samples)
+    res["ours_summarize_A_idle"] = r
     (out / "gpu_extra.json").write_text(json.dumps(res, indent=2))
     del loaded
     gc.collect()

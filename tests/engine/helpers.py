@@ -17,12 +17,11 @@ from .conftest import FakeDispatcher
 
 
 def make_engine(model, *, token_budget=64, capacity=2048, chunk_tokens=None, eos_ids=(),
-                detokenize=None, alignment=8, seed=0, lookahead=True) -> Engine:
+                detokenize=None, alignment=8, seed=0) -> Engine:
     kv = KVCache.allocate(model.cfg, capacity, torch.float32, "cpu")
     return Engine(ModelRunner(model, kv, "cpu"), FakeDispatcher(token_budget, alignment), SlabAllocator(capacity),
                   eos_ids=eos_ids, max_context=model.cfg.max_position_embeddings,
-                  chunk_tokens=chunk_tokens, detokenize=detokenize, seed=seed,
-                  lookahead=lookahead)
+                  chunk_tokens=chunk_tokens, detokenize=detokenize, seed=seed)
 
 
 def run_until_done(engine: Engine, seqs: list[Sequence], max_steps: int = 10_000) -> None:

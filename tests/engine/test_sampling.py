@@ -66,15 +66,3 @@ def test_sampling_params_non_positive_repetition_penalty_raises():
     with pytest.raises(ValueError, match="repetition_penalty"):
         SamplingParams(repetition_penalty=0.0)
     assert SamplingParams().repetition_penalty == 1.0  # off unless asked for
-
-
-def test_sampling_batch_advanced_equals_batch_built_from_the_longer_history():
-    logits = torch.tensor([[0.0, 5.0, 4.0, 1.0], [3.0, 0.5, 2.9, 0.0]])  # [B=2, V=4]
-    before = SamplingBatch([0.0, 0.0], [1.0, 1.0], "cpu", [2.0, 2.0], [[3], [1]])
-    new_tokens = torch.tensor([1, 0])  # the step just sampled: each row's current argmax
-    later = before.advanced(new_tokens)
-    rebuilt = SamplingBatch([0.0, 0.0], [1.0, 1.0], "cpu", [2.0, 2.0], [[3, 1], [1, 0]])
-    assert later.sample(logits, None).tolist() == rebuilt.sample(logits, None).tolist() == [2, 2]
-    assert before.sample(logits, None).tolist() == [1, 0]  # without the new tokens in the history
-    no_penalty = SamplingBatch([0.0], [1.0], "cpu", [1.0], [[1]])
-    assert no_penalty.advanced(torch.tensor([1])) is no_penalty

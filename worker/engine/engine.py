@@ -3,12 +3,6 @@
 Sequences reach the engine through `add` (any thread): prompts that fit one bin go to the
 dispatcher, longer ones to the long-input lane (chunked prefill). Finished or failed sequences
 come out of `finished`. An exception while running a step fails only that step's sequences.
-
-Lookahead (on by default): a decode step is launched and left in flight. At the next step, if the
-scheduler would decode the very same batch again, the following decode step is launched at once,
-fed the in-flight step's sampled tokens straight from the device, and only then does the host wait
-for those tokens and post-process them, while the GPU already runs the next step. Any change of
-batch (a join, a leave, prefill work waiting) drains the pipeline for one step instead.
 """
 
 from __future__ import annotations
@@ -26,7 +20,7 @@ import torch
 from worker.dispatch import DispatcherClosed, SequenceTooLong
 from worker.engine.errors import ContextTooLong, EngineClosed
 from worker.engine.kv_arena import SlabAllocator
-from worker.engine.runner import ModelRunner, TokenReadback
+from worker.engine.runner import ModelRunner
 from worker.engine.sampling import SamplingBatch
 from worker.engine.scheduler import Decode, Fail, Plan, PrefillBin, PrefillChunk, Scheduler
 from worker.engine.sequence import SamplingParams, Sequence
@@ -46,26 +40,15 @@ class _BinWork:
     max_seqlen_k: int    # longest real sequence
 
 
-@dataclass
-class _Launched:
-    """A step queued on the device whose sampled tokens are not yet applied."""
-
-    plan: Plan
-    sampling: SamplingBatch
-    readback: TokenReadback
-
-
 class Engine:
     """Continuous-batching generation over packed bins and a KV slab arena."""
 
     def __init__(self, runner: ModelRunner, dispatcher, slabs: SlabAllocator, *,
                  eos_ids: tuple[int, ...], max_context: int, chunk_tokens: int | None = None,
-                 detokenize=None, seed: int = 0, lookahead: bool = True) -> None:
+                 detokenize=None, seed: int = 0) -> None:
         self.runner = runner
         self.dispatcher = dispatcher
         self.max_context = max_context
-        self.lookahead = lookahead
-        self._in_flight: _Launched | None = None  # a decode step launched, its tokens not yet applied
         self.scheduler = Scheduler(slabs, eos_ids=eos_ids, detokenize=detokenize,
                                    chunk_tokens=chunk_tokens or dispatcher.token_budget)
         self.generator = torch.Generator(device=runner.device).manual_seed(seed)
@@ -134,9 +117,6 @@ class Engine:
     def step(self) -> bool:
         """One step: take work, schedule, run, post-process. False once closed and drained."""
         self._take_work()
-        if self._in_flight is not None:
-            self._overlap_decode()
-            return True
         plan = self.scheduler.schedule()
         if plan is None:
             return not (self._dispatcher_drained and self._long_inbox.empty() and self.scheduler.is_idle)
@@ -167,42 +147,20 @@ class Engine:
 
     def _execute(self, plan: Plan) -> None:
         if isinstance(plan, Fail):
-            self._fail(plan.seqs, plan.error)
+            self.scheduler.fail(plan.seqs, plan.error)
+            self._emit(plan.seqs)
             return
         seqs = [plan.seq] if isinstance(plan, PrefillChunk) else plan.seqs
         try:
-            launched = self._launch(plan, seqs)
-            if self.lookahead and isinstance(plan, Decode):
-                self._in_flight = launched  # applied at the next step, after its successor is launched
-                return
-            tokens = launched.readback.wait() if launched is not None else []
+            tokens = self._run_model(plan, seqs)
         except Exception as exc:
             log.exception("step failed for %d sequence(s)", len(seqs))
-            self._fail(seqs, exc)
+            self.scheduler.fail(seqs, exc)
+            self._emit(seqs)
             return
         self._emit(self.scheduler.postprocess(plan, tokens))
 
-    def _overlap_decode(self) -> None:
-        """Launch the next decode step if the batch stays the same, then apply the one in flight."""
-        prev, self._in_flight = self._in_flight, None
-        plan = self.scheduler.schedule_lookahead(prev.plan)
-        try:
-            if plan is not None:
-                self._in_flight = self._launch(plan, plan.seqs, prev)
-            tokens = prev.readback.wait()  # the GPU is busy with the step just launched meanwhile
-        except Exception as exc:
-            self._in_flight = None
-            log.exception("decode step failed for %d sequence(s)", len(prev.plan.seqs))
-            self._fail(prev.plan.seqs, exc)
-            return
-        self._emit(self.scheduler.postprocess(prev.plan, tokens))
-
-    def _launch(self, plan: Plan, seqs: list[Sequence], prev: _Launched | None = None) -> _Launched | None:
-        """Queue a step's forward pass and sampling on the device; None for a chunk that samples nothing.
-
-        With `prev` (a decode step of the same sequences, not yet applied), its sampled tokens are
-        this step's inputs, read from the device, one row past what the host counts as cached.
-        """
+    def _run_model(self, plan: Plan, seqs: list[Sequence]) -> list[int]:
         if isinstance(plan, PrefillBin):
             work: _BinWork = plan.bin
             logits = self.runner.prefill_bin(work.device_bin, [s.slab_start for s in seqs],
@@ -211,22 +169,15 @@ class Engine:
             logits = self.runner.prefill_chunk(plan.seq.prompt[plan.start:plan.end], plan.start,
                                                plan.seq.slab_start)
             if not plan.is_last:
-                return None
-        elif prev is None:
+                return []
+        else:
+            assert isinstance(plan, Decode)
             logits = self.runner.decode([s.output[-1] for s in seqs], [s.num_cached for s in seqs],
                                         [s.slab_start for s in seqs])
-        else:
-            # Row num_cached + 1 <= prompt + max_new_tokens - 1: a running sequence has fewer than
-            # max_new_tokens outputs, so even a sequence that finished in prev stays in its slab.
-            logits = self.runner.decode(prev.readback.tokens, [s.num_cached + 1 for s in seqs],
-                                        [s.slab_start for s in seqs])
-        if prev is not None:  # the host has not seen prev's tokens yet: extend the history on the device
-            sampling = prev.sampling.advanced(prev.readback.tokens)
-        else:
-            sampling = SamplingBatch([s.params.temperature for s in seqs], [s.params.top_p for s in seqs],
-                                     logits.device, [s.params.repetition_penalty for s in seqs],
-                                     [s.output for s in seqs])
-        return _Launched(plan, sampling, TokenReadback(sampling.sample(logits, self.generator)))
+        batch = SamplingBatch([s.params.temperature for s in seqs], [s.params.top_p for s in seqs],
+                              logits.device, [s.params.repetition_penalty for s in seqs],
+                              [s.output for s in seqs])
+        return batch.sample(logits, self.generator).tolist()  # the step's one host sync
 
     def _emit(self, seqs: list[Sequence]) -> None:
         with self._lock:
@@ -235,13 +186,7 @@ class Engine:
         for seq in seqs:
             self.finished.put(seq)
 
-    def _fail(self, seqs: list[Sequence], exc: BaseException) -> None:
-        live = [s for s in seqs if not s.is_done]  # a lookahead step may hold already finished ones
-        self.scheduler.fail(live, exc)
-        self._emit(live)
-
     def _fail_all(self, exc: BaseException) -> None:
-        self._in_flight = None
         with self._lock:
             pending = list(self._seqs.values())
         self.scheduler.fail(pending, exc)

@@ -1,8 +1,7 @@
 """Model runner: turns a step's plan into AttentionMetadata and one forward pass. Never touches queues.
 
 Every per-step integer array is built on the host in one buffer and copied to the device once
-(non-blocking from page-locked memory on CUDA), so building a step adds no host sync. Sampled
-tokens come back through `TokenReadback`, whose copy runs behind the next step's kernels.
+(non-blocking from page-locked memory on CUDA), so building a step adds no host sync.
 """
 
 from __future__ import annotations
@@ -11,25 +10,6 @@ import torch
 
 from worker.model.attention import AttentionMetadata
 from worker.model.kv_cache import KVCache
-
-
-class TokenReadback:
-    """A step's sampled tokens on the device, with their copy to the host already under way."""
-
-    def __init__(self, tokens: torch.Tensor) -> None:  # int64 [B], the sampler's output
-        self.tokens = tokens
-        self._host, self._done = tokens, None
-        if tokens.is_cuda:
-            self._host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
-            self._host.copy_(tokens, non_blocking=True)
-            self._done = torch.cuda.Event()
-            self._done.record()
-
-    def wait(self) -> list[int]:
-        """Block until the copy has landed (the step's one host sync) -> the tokens as ints."""
-        if self._done is not None:
-            self._done.synchronize()
-        return self._host.tolist()
 
 
 class ModelRunner:
@@ -88,21 +68,14 @@ class ModelRunner:
         return self.model(input_ids, position_ids, attn, self.kv, meta[4:5])
 
     @torch.inference_mode()
-    def decode(self, input_ids: list[int] | torch.Tensor, positions: list[int],
-               slab_starts: list[int]) -> torch.Tensor:
-        """One token per sequence at the given positions (= rows already cached) -> float32 [B, V].
-
-        input_ids: host ints, or int64 [B] on the device (the previous step's samples, not yet read back).
-        """
-        b = len(positions)
-        host_ids = input_ids if isinstance(input_ids, list) else []
+    def decode(self, input_ids: list[int], positions: list[int], slab_starts: list[int]) -> torch.Tensor:
+        """One token per sequence at the given positions (= rows already cached) -> float32 [B, V]."""
+        b = len(input_ids)
         ids, pos, starts, slots, used, cu = self._upload(
-            host_ids, positions, slab_starts, [s + p for s, p in zip(slab_starts, positions)],
+            input_ids, positions, slab_starts, [s + p for s, p in zip(slab_starts, positions)],
             [p + 1 for p in positions], list(range(b + 1)))
         attn = AttentionMetadata(
             cu_seqlens_q=cu.to(torch.int32), max_seqlen_q=1,
             slab_starts=starts.to(torch.int32), seqused_k=used.to(torch.int32),
             max_seqlen_k=max(positions) + 1, slot_mapping=slots, is_prefill_from_zero=False)
-        if isinstance(input_ids, torch.Tensor):
-            ids = input_ids
         return self.model(ids, pos, attn, self.kv, cu[:b])

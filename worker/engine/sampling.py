@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-
 import torch
 
 
@@ -68,15 +66,6 @@ class SamplingBatch:
                 rows = [list(h) + [-1] * (width - len(h)) for h in histories]
                 self.history = torch.tensor(rows, dtype=torch.int64, device=device)  # [B, L]
                 self.penalties = torch.tensor(repetition_penalties, dtype=torch.float32, device=device)
-
-    def advanced(self, tokens: torch.Tensor) -> SamplingBatch:
-        """The same batch one step later: `tokens` int64 [B] (on the device) joins each row's
-        history. No host sync; returns self when no row has a repetition penalty."""
-        if self.penalties is None:
-            return self
-        later = copy.copy(self)
-        later.history = torch.cat([self.history, tokens.to(self.history.device).view(-1, 1)], dim=1)  # [B, L+1]
-        return later
 
     def sample(self, logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         """[B, V] -> int64 [B] on the logits' device. No host sync."""

@@ -2,9 +2,7 @@
 
 Priority per step: prefill the oldest waiting bin when all its slabs fit (new work joins the
 decode batch early); else one chunk of a long input, alternating with decode steps so active
-sequences keep moving; else one decode step over every active sequence. While the decode batch
-stays the same, the engine may launch the next decode step before applying this one's tokens
-(`schedule_lookahead`); a sequence that finished in between gets one extra token, discarded here.
+sequences keep moving; else one decode step over every active sequence.
 """
 
 from __future__ import annotations
@@ -112,16 +110,6 @@ class Scheduler:
         self._last_was_chunk = False
         return Decode(list(self.running)) if self.running else None
 
-    def schedule_lookahead(self, prev: Decode) -> Decode | None:
-        """Decode prev's sequences again, decided before prev's tokens are applied; None when the
-        batch would change (a bin or long input waits, or a sequence left since prev was planned)."""
-        if self.waiting_bins or self.waiting_long or self.prefilling is not None:
-            return None
-        if len(self.running) != len(prev.seqs) or any(a is not b for a, b in zip(self.running, prev.seqs)):
-            return None
-        self._last_was_chunk = False
-        return Decode(list(prev.seqs))
-
     def _admit_bin(self) -> Plan | None:
         if not self.waiting_bins:
             return None
@@ -184,8 +172,6 @@ class Scheduler:
                 seq.num_prefilled = seq.prompt_len
         finished = []
         for seq, token in zip(seqs, tokens, strict=True):
-            if seq.is_done:  # finished one step earlier; this token came from a lookahead step
-                continue
             if not seq.output:
                 seq.first_token_at = now
             if self._append(seq, token):
