@@ -3,7 +3,7 @@
     python bench/gpu_scale.py --out DIR [--docs 256]
 
 Each process sees one GPU (CUDA_VISIBLE_DEVICES), loads its own model (Qwen2.5-7B shape, random
-bf16 weights) and engine, and takes every world-th document of a corpus of docs x world — the split a
+bf16 weights) and engine, and takes its own block of a corpus of docs x world — the split a
 consumer group makes of the input partitions, without the broker (the GPU machine has no Java) — so
 every GPU has as much work as the one GPU alone (a saturated stream). Processes warm up, then start
 together; docs/s = all documents / (start -> last process done).
@@ -29,7 +29,9 @@ def child(rank: int, world: int, n_docs: int, out: Path) -> None:
 
     cfg = ModelConfig.from_hf_config(QWEN25_7B)
     loaded = random_model(cfg, device="cuda", dtype=torch.bfloat16)
-    docs = corpus_token_ids("A", n_docs * world, cfg.vocab_size, seed=1)[rank::world]  # n_docs each
+    # Contiguous blocks: corpus A interleaves short and long docs, so a round-robin split over two
+    # GPUs would hand one all the short docs and the other all the long ones.
+    docs = corpus_token_ids("A", n_docs * world, cfg.vocab_size, seed=1)[rank * n_docs:(rank + 1) * n_docs]
     ours_summarize(loaded, docs[:4], 8)  # warm-up: compiles
     (out / f"ready-{world}-{rank}").touch()
     while not (out / f"start-{world}").exists():
