@@ -116,10 +116,8 @@ def run(args: argparse.Namespace) -> int:
     import torch
     from tqdm import tqdm
 
-    from worker.engine.sequence import SamplingParams
     from worker.model import embedded_model_path, load_model
-    from worker.prompts import STOP_STRINGS
-    from worker.summarizer import Summarizer
+    from worker.summarizer import Summarizer, default_sampling
 
     if not args.input.is_file():
         log.error("input %s does not exist", args.input)
@@ -134,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         loaded, token_budget=args.token_budget or (GPU_TOKEN_BUDGET if on_gpu else CPU_TOKEN_BUDGET),
         max_new_tokens=args.max_new_tokens, kv_capacity_rows=args.kv_rows,
         max_seqs_per_bin=GPU_SEQS_PER_BIN if on_gpu else CPU_SEQS_PER_BIN, seed=args.seed,
-        sampling=SamplingParams(args.max_new_tokens, args.temperature, args.top_p, STOP_STRINGS))
+        sampling=default_sampling(args.max_new_tokens, args.temperature, args.top_p))
     total = count_lines(args.input)
     counts = {"summarised": 0, "rejected": 0}
     line_numbers: collections.deque[int] = collections.deque()  # of records in flight, input order

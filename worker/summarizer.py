@@ -33,6 +33,13 @@ from worker.prompts import REPETITION_PENALTY, STOP_STRINGS, build_messages
 _JOIN_POLL_S = 0.05
 
 
+def default_sampling(max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0) -> SamplingParams:
+    """How summaries are generated unless told otherwise: the prompts' stop strings and repetition
+    penalty (what `telesum bench quality` measured), greedy by default."""
+    return SamplingParams(max_new_tokens, temperature, top_p, stop=STOP_STRINGS,
+                          repetition_penalty=REPETITION_PENALTY)
+
+
 @dataclass(eq=False)
 class _Request:
     request_id: Hashable
@@ -61,8 +68,7 @@ class Summarizer:
         self.tokenizer = loaded.tokenizer
         # The prompts ask for one paragraph; the stop string ends the model's habit of adding another,
         # the repetition penalty its loops (both measured by `telesum bench quality`).
-        self.params = sampling or SamplingParams(max_new_tokens=max_new_tokens, stop=STOP_STRINGS,
-                                                 repetition_penalty=REPETITION_PENALTY)
+        self.params = sampling or default_sampling(max_new_tokens)
         if self.params.max_new_tokens != max_new_tokens:
             self.params = dataclasses.replace(self.params, max_new_tokens=max_new_tokens)
         cfg = loaded.config

@@ -45,6 +45,15 @@ def apply_repetition_penalty(logits: torch.Tensor,     # float32 [B, V]
     return torch.where(counts > 0, penalised, logits)
 
 
+def _host_to_device(values, dtype: torch.dtype, device) -> torch.Tensor:
+    """A host list as a device tensor; on CUDA through page-locked memory, so the copy does not
+    synchronise the stream (the caching host allocator keeps the buffer until the copy is done)."""
+    host = torch.tensor(values, dtype=dtype)
+    if torch.device(device).type != "cuda":
+        return host
+    return host.pin_memory().to(device, non_blocking=True)
+
+
 class SamplingBatch:
     """Per-row sampling parameters for one step, built from host values so an all-greedy,
     penalty-free step is a plain argmax (no softmax, no host->device copy)."""
@@ -54,9 +63,9 @@ class SamplingBatch:
                  histories: list[list[int]] | None = None) -> None:
         self.any_sampling = any(t > 0 for t in temperatures)
         self.temperatures = self.top_ps = None
-        if self.any_sampling:  # a host->device copy syncs the stream: only when the values are used
-            self.temperatures = torch.tensor(temperatures, dtype=torch.float32, device=device)
-            self.top_ps = torch.tensor(top_ps, dtype=torch.float32, device=device)
+        if self.any_sampling:  # only when the values are used: an all-greedy step copies nothing
+            self.temperatures = _host_to_device(temperatures, torch.float32, device)
+            self.top_ps = _host_to_device(top_ps, torch.float32, device)
         self.penalties = self.history = None
         if repetition_penalties is not None and any(p != 1.0 for p in repetition_penalties):
             if histories is None or len(histories) != len(repetition_penalties):
@@ -64,8 +73,8 @@ class SamplingBatch:
             width = max((len(h) for h in histories), default=0)
             if width:
                 rows = [list(h) + [-1] * (width - len(h)) for h in histories]
-                self.history = torch.tensor(rows, dtype=torch.int64, device=device)  # [B, L]
-                self.penalties = torch.tensor(repetition_penalties, dtype=torch.float32, device=device)
+                self.history = _host_to_device(rows, torch.int64, device)  # [B, L]
+                self.penalties = _host_to_device(repetition_penalties, torch.float32, device)
 
     def sample(self, logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         """[B, V] -> int64 [B] on the logits' device. No host sync."""
