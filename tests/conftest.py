@@ -8,13 +8,12 @@ answers; otherwise the local KRaft broker from scripts/kafka.sh on $TELESUM_TEST
 from __future__ import annotations
 
 import os
-import subprocess
 import uuid
-from pathlib import Path
 
 import pytest
 
-KAFKA_SH = Path(__file__).resolve().parents[1] / "scripts" / "kafka.sh"
+from worker.kafka.local_broker import kafka_sh
+
 
 
 def _docker_answers() -> bool:
@@ -24,13 +23,6 @@ def _docker_answers() -> bool:
         return bool(docker.from_env().ping())
     except Exception:  # noqa: BLE001 - no SDK, no socket, no permission: no Docker
         return False
-
-
-def _script_broker(port: int, action: str) -> subprocess.CompletedProcess:
-    """`scripts/kafka.sh <action> --port <port>`; raises CalledProcessError unless action is status."""
-    return subprocess.run(["bash", str(KAFKA_SH), action, "--port", str(port)],
-                          env=dict(os.environ, KAFKA_PORT=str(port)), check=action != "status",
-                          capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="session")
@@ -46,14 +38,14 @@ def kafka_bootstrap():
             yield container.get_bootstrap_server()
         return
     port = int(os.environ.get("TELESUM_TEST_KAFKA_PORT", "9092"))
-    started = _script_broker(port, "status").returncode != 0
+    started = kafka_sh("status", port).returncode != 0
     if started:
-        _script_broker(port, "start")
+        kafka_sh("start", port)
     try:
         yield f"127.0.0.1:{port}"
     finally:
         if started:
-            _script_broker(port, "stop")
+            kafka_sh("stop", port)
 
 
 @pytest.fixture

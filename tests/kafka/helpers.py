@@ -14,19 +14,8 @@ from kafka import KafkaConsumer, KafkaProducer
 
 from worker.messages import TelemetryRecord
 
-REPO = Path(__file__).resolve().parents[2]
-KAFKA_SH = REPO / "scripts" / "kafka.sh"
 # How long a test waits for answers before giving up (a failure, not a timing assertion).
 ANSWER_WAIT_S = 120
-
-
-def script_broker(port: int, action: str, state_dir: Path | None = None) -> subprocess.CompletedProcess:
-    """Run `scripts/kafka.sh <action> --port <port>`; raises CalledProcessError with its output."""
-    env = dict(os.environ, KAFKA_PORT=str(port))
-    if state_dir is not None:
-        env["KAFKA_STATE_DIR"] = str(state_dir)
-    return subprocess.run(["bash", str(KAFKA_SH), action, "--port", str(port)], env=env, check=action != "status",
-                          capture_output=True, text=True, timeout=300)
 
 
 def record(i: int, words: int = 12) -> TelemetryRecord:

@@ -12,7 +12,8 @@ import uuid
 import msgspec
 import pytest
 
-from helpers import WorkerProcess, answer_ids, consume, produce, produce_records, script_broker
+from helpers import WorkerProcess, answer_ids, consume, produce, produce_records
+from worker.kafka.local_broker import kafka_sh
 from worker.messages import TelemetryRecord
 
 pytestmark = pytest.mark.kafka
@@ -152,7 +153,7 @@ def test_worker_two_in_group_split_partitions_without_loss(kafka_bootstrap, topi
 def test_worker_broker_restart_mid_stream_survives(tmp_path, make_topic, start_worker):
     port = 19192  # a broker of this test's own: it is stopped and started again
     state = tmp_path / "broker"
-    script_broker(port, "start", state)
+    kafka_sh("start", port, state)
     bootstrap = f"127.0.0.1:{port}"
     try:
         from kafka.admin import KafkaAdminClient, NewTopic
@@ -164,13 +165,13 @@ def test_worker_broker_restart_mid_stream_survives(tmp_path, make_topic, start_w
         worker = start_worker("in", "out", "dlq", "g-restart", bootstrap=bootstrap,
                               **{"max-poll-records": "4", "max-in-flight": "4"})
         consume(bootstrap, ["out"], lambda g: len(g) >= 5)
-        script_broker(port, "stop", state)
+        kafka_sh("stop", port, state)
         time.sleep(2.0)
-        script_broker(port, "start", state)
+        kafka_sh("start", port, state)
         ids += produce_records(bootstrap, "in", range(40, 60))
         got = consume(bootstrap, ["out", "dlq"], lambda g: set(_ids(g, "out")) >= set(ids))
         assert set(_ids(got, "out")) == set(ids), f"missing: {set(ids) - set(_ids(got, 'out'))}"
         assert worker.proc.poll() is None
         assert worker.stop() == 0
     finally:
-        script_broker(port, "stop", state)
+        kafka_sh("stop", port, state)

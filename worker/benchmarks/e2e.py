@@ -15,20 +15,18 @@ import json
 import logging
 import os
 import platform
-import subprocess
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import msgspec
 
 from worker.benchmarks.e2e_stages import StageTimer, instrument
+from worker.kafka.local_broker import KAFKA_SH, kafka_sh
 from worker.telemetry import PROFILES, iter_generate
 
 log = logging.getLogger(__name__)
 
-KAFKA_SH = Path(__file__).resolve().parents[2] / "scripts" / "kafka.sh"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -74,12 +72,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 # -- broker and topics -----------------------------------------------------------------------
-def kafka_sh(action: str, port: int) -> subprocess.CompletedProcess:
-    env = dict(os.environ, KAFKA_PORT=str(port))
-    return subprocess.run(["bash", str(KAFKA_SH), action, "--port", str(port)], env=env, capture_output=True,
-                          text=True, timeout=300, check=action != "status")
-
-
 def resolve_broker(args: argparse.Namespace) -> tuple[str, bool]:
     """(bootstrap servers, whether we started a local broker). Raises RuntimeError when none can be had."""
     if args.bootstrap_servers:
