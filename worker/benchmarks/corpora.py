@@ -34,8 +34,13 @@ def corpus_words(name: str, n: int, seed: int = 0) -> np.ndarray:
     raise ValueError(f"unknown corpus {name!r}: A, B or C")
 
 
+def corpus_token_lengths(name: str, n: int, seed: int = 0) -> np.ndarray:
+    """Token counts (int64 [n]) of `n` documents of corpus A, B or C."""
+    return np.maximum(1, np.round(corpus_words(name, n, seed) * TOKENS_PER_WORD)).astype(np.int64)
+
+
 def corpus_token_ids(name: str, n: int, vocab_size: int, seed: int = 0) -> list[np.ndarray]:
     """Random int32 token ids with the corpus's lengths (ids avoid the first/last 100 of the vocabulary)."""
     rng = np.random.default_rng(seed + 1)
-    lengths = np.maximum(1, np.round(corpus_words(name, n, seed) * TOKENS_PER_WORD)).astype(np.int64)
+    lengths = corpus_token_lengths(name, n, seed)
     return [rng.integers(100, vocab_size - 100, size=int(k), dtype=np.int32) for k in lengths]

@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from worker.benchmarks.reference_ffd import align_up, reference_ffd, reference_stream_pack, write_bin
-from worker.benchmarks.window_sim import stress_lengths
+from worker.benchmarks.corpora import corpus_token_lengths
 from worker.dispatch import Backpressure, BinDispatcher, DispatcherClosed
 
 VOCAB = 49152
@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def make_sequences(n: int, seed: int) -> list[np.ndarray]:
     """int32 token views of one shared random pool, lengths from the stress mix (interleaved)."""
     rng = np.random.default_rng(seed)
-    lens = stress_lengths(n, rng)
+    lens = corpus_token_lengths("A", n, seed)
     pool = rng.integers(0, VOCAB, int(lens.max()) + 4096, dtype=np.int32)
     offsets = rng.integers(0, 4096, n)
     return [pool[o:o + n_] for o, n_ in zip(offsets.tolist(), lens.tolist())]

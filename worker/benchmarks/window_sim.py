@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from worker import _native
+from worker.benchmarks.corpora import corpus_token_lengths
 from worker.benchmarks.reference_ffd import align_up
 
 
@@ -38,18 +39,9 @@ class SimResult:
     makespan_s: float       # until the GPU finishes the last bin
 
 
-def stress_lengths(n: int, rng: np.random.Generator) -> np.ndarray:
-    """Token counts of the stress mix: alternately 45-130 and 1820-2000 words, ~1.3 tokens/word."""
-    short = rng.integers(45, 131, n)
-    long = rng.integers(1820, 2001, n)
-    words = np.where(np.arange(n) % 2 == 0, short, long)
-    return np.maximum(1, np.rint(words * 1.3)).astype(np.int64)
-
-
 def arrivals(pattern: str, n: int, seed: int = 0) -> list[tuple[float, int]]:
     """(time_s, tokens) for `steady` (even spacing), `bursty` (groups at once) or `trickle`."""
-    rng = np.random.default_rng(seed)
-    lens = stress_lengths(n, rng)
+    lens = corpus_token_lengths("A", n, seed)
     if pattern == "steady":          # ~65 % of the simulated GPU's token throughput
         times = np.arange(n) / 1000.0
     elif pattern == "bursty":        # 120 sequences at once, every 0.25 s
