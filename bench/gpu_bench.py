@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from worker.benchmarks.corpora import QWEN25_7B, corpus_token_ids
+from worker.benchmarks.gpu_util import GpuBusySampler, sync_time
 from worker.dispatch import BinDispatcher
 from worker.engine.engine import Engine
 from worker.engine.kv_arena import KVArena
@@ -30,11 +31,6 @@ from worker.engine.sequence import SamplingParams
 from worker.model import ModelConfig, random_model
 
 BUDGET = 65536
-
-
-def sync_time() -> float:
-    torch.cuda.synchronize()
-    return time.perf_counter()
 
 
 def matmul_peak() -> float:
@@ -95,33 +91,6 @@ def ours_prefill(loaded, docs, alignment: int) -> dict:
     num_bins = int(stats.get("bins", 0))
     return {"tok_per_s": real / dt, "seconds": dt, "num_bins": num_bins,
             "fill_ratio": padded / (BUDGET * max(1, num_bins)), "pad_fraction": (padded - real) / padded}
-
-
-class GpuBusySampler:
-    """Samples NVML's utilization (share of time a kernel ran) every 10 ms while active."""
-
-    def __init__(self) -> None:
-        self.samples: list[tuple[float, int]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.01):
-            self.samples.append((time.perf_counter(), torch.cuda.utilization()))
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def idle_fraction(self, lo: float = 0.1, hi: float = 0.9) -> float:
-        """Mean idle share over the middle of the window (lo..hi of it): the steady state."""
-        t0, t1 = self.samples[0][0], self.samples[-1][0]
-        mid = [u for t, u in self.samples if t0 + lo * (t1 - t0) <= t <= t0 + hi * (t1 - t0)]
-        return 1.0 - statistics.mean(mid) / 100.0
 
 
 def ours_summarize(loaded, docs, new_tokens: int, busy: GpuBusySampler | None = None) -> dict:

@@ -148,3 +148,65 @@ def test_engine_bin_too_big_for_empty_arena_runs_members_one_by_one(tiny_model):
     assert [s.output for s in seqs[:2]] == [reference_greedy(tiny_model, p, n) for p, n in zip(prompts[:2], news[:2])]
     assert isinstance(seqs[2].error, ArenaTooSmall)
     assert engine.scheduler.slabs.num_used_rows == 0
+
+
+@torch.inference_mode()
+def _reference_greedy_penalised(model, prompt: list[int], max_new: int, penalty: float) -> list[int]:
+    from worker.engine.sampling import apply_repetition_penalty
+    from worker.model.attention import build_pass
+    from worker.model.kv_cache import KVCache
+
+    tokens, out = list(prompt), []
+    for _ in range(max_new):
+        kv = KVCache.allocate(model.cfg, len(tokens), torch.float32, "cpu")
+        meta, pos = build_pass([len(tokens)], [0], [0])
+        logits = model(torch.tensor(tokens), pos, meta, kv, torch.tensor([len(tokens) - 1]))
+        if out:
+            logits = apply_repetition_penalty(logits, torch.tensor([out]), torch.tensor([penalty]))
+        out.append(int(logits.argmax(-1)))
+        tokens.append(out[-1])
+    return out
+
+
+def test_engine_repetition_penalty_from_device_tape_matches_reference(tiny_model):
+    prompts = random_prompts(4, 5, 25, seed=21)
+    engine = make_engine(tiny_model, token_budget=48)
+    seqs = [engine.add(p, SamplingParams(max_new_tokens=12, repetition_penalty=3.0)) for p in prompts]
+    run_until_done(engine, seqs)
+    expected = [_reference_greedy_penalised(tiny_model, p, 12, 3.0) for p in prompts]
+    assert [s.output for s in seqs] == expected
+    assert expected != [reference_greedy(tiny_model, p, 12) for p in prompts]  # the penalty mattered
+
+
+def test_engine_stop_string_decodes_only_on_trigger_tokens(tiny_model):
+    prompt = random_prompts(1, 10, 10, seed=8)[0]
+    full = reference_greedy(tiny_model, prompt, 12)
+    stop_token = full[6]
+    detok = lambda ids: "".join("|" if i == stop_token else "a" for i in ids)  # noqa: E731
+    engine = make_engine(tiny_model, detokenize=detok)
+    seq = engine.add(prompt, SamplingParams(max_new_tokens=12, stop=("a|",)))
+    run_until_done(engine, [seq])
+    assert seq.finish_reason == "stop"
+    assert seq.output == full[:full.index(stop_token) + 1]
+    assert full.index(stop_token) >= 1
+    assert seq.text == "a" * (full.index(stop_token) - 1)  # cut before the stop string "a|"
+    assert engine.scheduler.stops.num_decodes == 1  # only the token holding "|" made it decode
+
+
+def test_decode_bucket_padding_rows_leave_the_tape_untouched(tiny_model):
+    engine = make_engine(tiny_model, capacity=256)
+    runner = engine.runner
+    assert runner.decode_step.bucket_for(3) == 4
+    for layer in range(runner.kv.num_layers):
+        runner.kv.k[layer].normal_()
+        runner.kv.v[layer].normal_()
+    before = [t.clone() for t in runner.kv.k]
+    starts, positions = [0, 100, 200], [5, 9, 3]
+    logits = runner.decode([7, 8, 9], positions, starts)
+    assert logits.shape[0] == 3
+    written = {s + p for s, p in zip(starts, positions)}
+    for layer in range(runner.kv.num_layers):
+        changed = (runner.kv.k[layer] != before[layer]).flatten(1).any(-1).nonzero().flatten().tolist()
+        assert set(changed) == written
+    solo = [runner.decode([t], [p], [s]) for t, p, s in zip([7, 8, 9], positions, starts)]
+    assert torch.allclose(torch.cat(solo), logits, atol=1e-5)

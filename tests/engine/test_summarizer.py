@@ -140,3 +140,48 @@ def test_summarizer_close_without_drain_fails_unfinished(loaded):
     results = dict(s.poll(0.0))
     assert sorted(results) == list(range(6))  # every request answered
     assert all(isinstance(r, (Summary, EngineClosed)) for r in results.values())
+
+
+def test_summarizer_preprocessing_pool_gives_the_same_summaries(loaded):
+    records = [_record(i) for i in range(12)]
+    in_thread = _summarizer(loaded)
+    pooled = _summarizer(loaded, preprocess_workers=2)
+    try:
+        assert pooled.preprocessor.workers == 2
+        expected = list(in_thread.results_in_order(records))
+        got = list(pooled.results_in_order(records))
+    finally:
+        in_thread.close()
+        pooled.close()
+    assert [r.id for r, _ in got] == [r.id for r in records]
+    assert [x.summary for _, x in got] == [x.summary for _, x in expected]
+    assert [x.facts for _, x in got] == [x.facts for _, x in expected]
+
+
+def test_summarizer_record_failing_preparation_comes_back_as_its_error(loaded, monkeypatch):
+    import worker.preprocess
+
+    real = worker.preprocess.prepare
+
+    def prepare(record, tokenizer):
+        if record.id == "r1":
+            raise ValueError("cannot render r1")
+        return real(record, tokenizer)
+
+    monkeypatch.setattr(worker.preprocess, "prepare", prepare)
+    s = _summarizer(loaded)
+    try:
+        results = dict((r.id, x) for r, x in s.results_in_order([_record(i) for i in range(3)]))
+    finally:
+        s.close()
+    assert isinstance(results["r1"], ValueError) and "r1" in str(results["r1"])
+    assert isinstance(results["r0"], Summary) and isinstance(results["r2"], Summary)
+
+
+def test_summarizer_submit_raises_backpressure_past_max_pending(loaded):
+    from worker.dispatch import Backpressure
+
+    s = Summarizer(loaded, token_budget=1024, max_new_tokens=MAX_NEW, dispatcher=FakeDispatcher(1024, 16),
+                   max_pending_records=0)
+    with pytest.raises(Backpressure, match="waiting"):
+        s.submit("r0", _record(0))

@@ -17,6 +17,14 @@ QWEN25_7B = {
     "tie_word_embeddings": False, "bos_token_id": 151643, "eos_token_id": 151645,
 }
 
+# The embedded model's architecture (SmolLM2-135M-Instruct's config.json fields) for the same purpose.
+SMOLLM2_135M = {
+    "model_type": "llama", "vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536,
+    "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64,
+    "rms_norm_eps": 1e-5, "rope_theta": 100000.0, "max_position_embeddings": 8192,
+    "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2,
+}
+
 
 def corpus_words(name: str, n: int, seed: int = 0) -> np.ndarray:
     """Word counts of `n` documents of corpus A, B or C."""

@@ -21,7 +21,7 @@ from worker.dispatch import DispatcherClosed, SequenceTooLong
 from worker.engine.errors import ContextTooLong, EngineClosed
 from worker.engine.kv_arena import SlabAllocator
 from worker.engine.runner import ModelRunner
-from worker.engine.sampling import SamplingBatch
+from worker.engine.sampling import OutputTape, SamplingBatch
 from worker.engine.scheduler import Decode, Fail, Plan, PrefillBin, PrefillChunk, Scheduler
 from worker.engine.sequence import SamplingParams, Sequence
 
@@ -52,6 +52,7 @@ class Engine:
         self.scheduler = Scheduler(slabs, eos_ids=eos_ids, detokenize=detokenize,
                                    chunk_tokens=chunk_tokens or dispatcher.token_budget)
         self.generator = torch.Generator(device=runner.device).manual_seed(seed)
+        self.outputs = OutputTape(slabs.capacity, runner.device)  # repetition-penalty histories
         self.finished: queue.SimpleQueue[Sequence] = queue.SimpleQueue()
         self._lock = threading.Lock()  # protects _seqs, _ids and _closed
         self._seqs: dict[int, Sequence] = {}
@@ -62,9 +63,11 @@ class Engine:
         self._stop = threading.Event()
 
     # -- any thread -------------------------------------------------------------------------
-    def add(self, prompt: list[int], params: SamplingParams) -> Sequence:
-        """Submit one prompt. Raises ContextTooLong, Backpressure, DispatcherClosed. Thread-safe."""
-        if not prompt:
+    def add(self, prompt, params: SamplingParams) -> Sequence:
+        """Submit one prompt (token ids: a list or an int32 array). Raises ContextTooLong, Backpressure,
+        DispatcherClosed. Thread-safe."""
+        tokens = np.asarray(prompt, dtype=np.int32)
+        if not len(tokens):
             raise ValueError("empty prompt")
         if len(prompt) + params.max_new_tokens > self.max_context:
             raise ContextTooLong(f"prompt of {len(prompt)} tokens + {params.max_new_tokens} new tokens "
@@ -72,13 +75,13 @@ class Engine:
         with self._lock:
             if self._closed:
                 raise DispatcherClosed("the engine is closed")
-            seq = Sequence(next(self._ids), list(prompt), params)
+            seq = Sequence(next(self._ids), tokens.tolist(), params)
             self._seqs[seq.seq_id] = seq
-        if len(prompt) > self.dispatcher.token_budget:
+        if len(tokens) > self.dispatcher.token_budget:
             self._long_inbox.put(seq)
             return seq
         try:
-            self.dispatcher.submit(seq.seq_id, np.asarray(prompt, dtype=np.int32), params.max_new_tokens)
+            self.dispatcher.submit(seq.seq_id, tokens, params.max_new_tokens)
         except SequenceTooLong:  # alignment pads can push a prompt at the budget over it
             self._long_inbox.put(seq)
         except BaseException:
@@ -174,10 +177,19 @@ class Engine:
             assert isinstance(plan, Decode)
             logits = self.runner.decode([s.output[-1] for s in seqs], [s.num_cached for s in seqs],
                                         [s.slab_start for s in seqs])
+        penalties = [s.params.repetition_penalty for s in seqs]
+        penalised = any(p != 1.0 for p in penalties)
+        history = None
+        if penalised:
+            output_starts = [s.slab_start + s.prompt_len for s in seqs]
+            output_lens = [len(s.output) for s in seqs]
+            history = self.outputs.histories(output_starts, output_lens)
         batch = SamplingBatch([s.params.temperature for s in seqs], [s.params.top_p for s in seqs],
-                              logits.device, [s.params.repetition_penalty for s in seqs],
-                              [s.output for s in seqs])
-        return batch.sample(logits, self.generator).tolist()  # the step's one host sync
+                              logits.device, penalties if history is not None else None, history)
+        tokens = batch.sample(logits, self.generator)  # [B] on the device
+        if penalised:
+            self.outputs.record([a + n for a, n in zip(output_starts, output_lens)], tokens)
+        return tokens.tolist()  # the step's one host sync
 
     def _emit(self, seqs: list[Sequence]) -> None:
         with self._lock:

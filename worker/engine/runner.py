@@ -1,25 +1,39 @@
 """Model runner: turns a step's plan into AttentionMetadata and one forward pass. Never touches queues.
 
 Every per-step integer array is built on the host in one buffer and copied to the device once
-(non-blocking from page-locked memory on CUDA), so building a step adds no host sync.
+(non-blocking from page-locked memory on CUDA), so building a step adds no host sync. Decode steps
+go through `DecodeGraphs` (static buffers, one captured CUDA graph per batch bucket).
 """
 
 from __future__ import annotations
 
+import os
+
 import torch
 
+from worker.engine.decode_graphs import DecodeGraphs
 from worker.model.attention import AttentionMetadata
 from worker.model.kv_cache import KVCache
+
+GRAPHS_ENV = "TELESUM_DECODE_GRAPHS"
 
 
 class ModelRunner:
     """Runs prefill (packed bins, long-input chunks) and decode steps against one KV tape."""
 
-    def __init__(self, model: torch.nn.Module, kv: KVCache, device: torch.device | str) -> None:
+    def __init__(self, model: torch.nn.Module, kv: KVCache, device: torch.device | str, *,
+                 decode_graphs: bool | None = None, max_decode_batch: int = 1024) -> None:
+        """decode_graphs: replay captured CUDA graphs for decode (default: on CUDA, unless
+        TELESUM_DECODE_GRAPHS=0); decode batches above max_decode_batch run in several passes."""
         self.model = model
         self.kv = kv
         self.device = torch.device(device)
         self._pin = self.device.type == "cuda"
+        if decode_graphs is None:
+            decode_graphs = self.device.type == "cuda" and os.environ.get(GRAPHS_ENV, "1") != "0"
+        max_seqlen_k = min(kv.capacity_rows, model.cfg.max_position_embeddings)
+        self.decode_step = DecodeGraphs(model, kv, self.device, max_batch=max_decode_batch,
+                                        max_seqlen_k=max_seqlen_k, use_graphs=decode_graphs)
 
     def _upload(self, *rows: list[int]) -> list[torch.Tensor]:
         """Host int lists -> int64 device tensors, one copy for all of them."""
@@ -70,12 +84,10 @@ class ModelRunner:
     @torch.inference_mode()
     def decode(self, input_ids: list[int], positions: list[int], slab_starts: list[int]) -> torch.Tensor:
         """One token per sequence at the given positions (= rows already cached) -> float32 [B, V]."""
-        b = len(input_ids)
-        ids, pos, starts, slots, used, cu = self._upload(
-            input_ids, positions, slab_starts, [s + p for s, p in zip(slab_starts, positions)],
-            [p + 1 for p in positions], list(range(b + 1)))
-        attn = AttentionMetadata(
-            cu_seqlens_q=cu.to(torch.int32), max_seqlen_q=1,
-            slab_starts=starts.to(torch.int32), seqused_k=used.to(torch.int32),
-            max_seqlen_k=max(positions) + 1, slot_mapping=slots, is_prefill_from_zero=False)
-        return self.model(ids, pos, attn, self.kv, cu[:b])
+        step = self.decode_step.max_batch
+        if len(input_ids) <= step:
+            return self.decode_step.run(input_ids, positions, slab_starts)
+        # A replay overwrites its graph's logits, so each pass's rows are copied out before the next.
+        return torch.cat([self.decode_step.run(input_ids[i:i + step], positions[i:i + step],
+                                               slab_starts[i:i + step]).clone()
+                          for i in range(0, len(input_ids), step)])

@@ -54,13 +54,37 @@ def _host_to_device(values, dtype: torch.dtype, device) -> torch.Tensor:
     return host.pin_memory().to(device, non_blocking=True)
 
 
+class OutputTape:
+    """Every sequence's generated tokens on the device, each at the KV-tape row its K/V goes to
+    (slab start + prompt length + output index), so a step gathers its repetition-penalty histories
+    on the device instead of uploading each sequence's output from Python every step."""
+
+    def __init__(self, rows: int, device) -> None:
+        self.tokens = torch.full((rows,), -1, dtype=torch.int64, device=device)  # [rows]
+
+    def histories(self, output_starts: list[int], output_lens: list[int]) -> torch.Tensor | None:
+        """int64 [B, max len] of each row's outputs so far (-1 beyond its length); None when all are empty."""
+        width = max(output_lens, default=0)
+        if width == 0:
+            return None
+        starts, lens = _host_to_device([output_starts, output_lens], torch.int64, self.tokens.device)  # [B] each
+        cols = torch.arange(width, device=self.tokens.device)  # [L]
+        idx = (starts[:, None] + cols).clamp_(max=self.tokens.shape[0] - 1)  # [B, L]
+        return torch.where(cols < lens[:, None], self.tokens[idx], -1)
+
+    def record(self, rows: list[int], tokens: torch.Tensor) -> None:
+        """Store tokens [B] (device) at tape rows [B] (output start + index). No host sync."""
+        self.tokens.index_copy_(0, _host_to_device(rows, torch.int64, self.tokens.device), tokens)
+
+
 class SamplingBatch:
     """Per-row sampling parameters for one step, built from host values so an all-greedy,
     penalty-free step is a plain argmax (no softmax, no host->device copy)."""
 
     def __init__(self, temperatures: list[float], top_ps: list[float], device,
                  repetition_penalties: list[float] | None = None,
-                 histories: list[list[int]] | None = None) -> None:
+                 histories: list[list[int]] | torch.Tensor | None = None) -> None:
+        """histories: each row's generated tokens, as lists or a device tensor [B, L] (-1 = none)."""
         self.any_sampling = any(t > 0 for t in temperatures)
         self.temperatures = self.top_ps = None
         if self.any_sampling:  # only when the values are used: an all-greedy step copies nothing
@@ -68,6 +92,12 @@ class SamplingBatch:
             self.top_ps = _host_to_device(top_ps, torch.float32, device)
         self.penalties = self.history = None
         if repetition_penalties is not None and any(p != 1.0 for p in repetition_penalties):
+            if isinstance(histories, torch.Tensor):
+                if histories.shape[0] != len(repetition_penalties):
+                    raise ValueError("repetition penalties need one token history per row")
+                self.history = histories
+                self.penalties = _host_to_device(repetition_penalties, torch.float32, device)
+                return
             if histories is None or len(histories) != len(repetition_penalties):
                 raise ValueError("repetition penalties need one token history per row")
             width = max((len(h) for h in histories), default=0)

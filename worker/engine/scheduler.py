@@ -16,6 +16,7 @@ from typing import Any
 from worker.engine.errors import ArenaTooSmall
 from worker.engine.kv_arena import SlabAllocator
 from worker.engine.sequence import Sequence, SequenceStatus
+from worker.engine.stops import StopChecker
 
 
 @dataclass
@@ -67,7 +68,7 @@ class Scheduler:
         self.slabs = slabs
         self.eos_ids = frozenset(eos_ids)
         self.chunk_tokens = chunk_tokens
-        self.detokenize = detokenize
+        self.stops = StopChecker(detokenize) if detokenize is not None else None
         self.waiting_bins: deque[PrefillBin] = deque()
         self.waiting_long: deque[Sequence] = deque()
         self.prefilling: Sequence | None = None  # the long input being chunk-prefilled
@@ -190,13 +191,9 @@ class Scheduler:
             seq.finish_reason = "eos"
             return True
         seq.output.append(token)
-        if seq.params.stop and self.detokenize is not None:
-            text = self.detokenize(seq.output)
-            cut = min((i for i in (text.find(s) for s in seq.params.stop) if i >= 0), default=-1)
-            if cut >= 0:
-                seq.text = text[:cut]
-                seq.finish_reason = "stop"
-                return True
+        if self.stops is not None and self.stops.check(seq):
+            seq.finish_reason = "stop"
+            return True
         if len(seq.output) >= seq.params.max_new_tokens:
             seq.finish_reason = "length"
             return True

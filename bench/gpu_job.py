@@ -1,0 +1,325 @@
+"""The real job on one GPU, side by side in one run: telemetry records -> Summarizer -> summaries.
+
+    python bench/gpu_job.py --out DIR --tokenizer TOKENIZER_DIR [--shapes smollm2,qwen7b] [--quick]
+
+Records from `telesum produce`'s generators (`short` and `mixed` profiles). Speed models: SmolLM2-135M's
+and Qwen2.5-7B's architectures with random bf16 weights (speed does not depend on weight values) and
+the real SmolLM2 tokenizer; 64 new tokens, EOS off. Per shape and profile: the Summarizer as
+`telesum summarize` and `telesum worker` build it on a GPU, greedy and with the production sampling
+(stop string + repetition penalty); the engine alone on the same pre-tokenised prompts; Hugging Face
+`generate` on padded batches (best of 16/32/64) of the same prompts; a decode-step microbenchmark
+(eager, CUDA graph, graph + packed GQA attention) with a logits check. Writes DIR/gpu_job.json
+(keys `<shape>_<profile>_<sampling>`: records_per_s, gpu_busy, p50_s, p99_s, output_tok_per_s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import dataclasses
+import gc
+import io
+import json
+import pstats
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from worker.benchmarks.corpora import QWEN25_7B, SMOLLM2_135M
+from worker.benchmarks.gpu_util import GpuBusySampler, sync_time
+from worker.model import ModelConfig, random_model
+from worker.model import attention as attention_mod
+from worker.model.tokenizer import load_tokenizer
+
+NEW_TOKENS = 64
+SHAPES = {"smollm2": ("SmolLM2-135M shape", SMOLLM2_135M), "qwen7b": ("Qwen2.5-7B shape", QWEN25_7B)}
+# Records per run: enough for tens of seconds of steady state at the expected rates.
+COUNTS = {("smollm2", "short"): 6000, ("smollm2", "mixed"): 2000,
+          ("qwen7b", "short"): 900, ("qwen7b", "mixed"): 300}
+HF_PROMPTS = {"smollm2": 128, "qwen7b": 64}
+
+
+def build_loaded(shape: str, tokenizer):
+    cfg = ModelConfig.from_hf_config(SHAPES[shape][1])
+    cfg = dataclasses.replace(cfg, eos_token_ids=())  # EOS off: every summary runs to its limit or a stop
+    loaded = random_model(cfg, device="cuda", dtype=torch.bfloat16, name=shape)
+    loaded.tokenizer = tokenizer
+    return loaded
+
+
+def records_for(profile: str, n: int, seed: int = 11):
+    from worker.telemetry import generate
+
+    return [r for r, _ in generate(n, profile, seed=seed)]
+
+
+def summarizer_run(loaded, records, *, sampling: str, worker_config: bool, profile_out: Path | None = None) -> dict:
+    from worker.summarizer import Summarizer, default_sampling
+    from worker.engine.sequence import SamplingParams
+
+    params = (default_sampling(NEW_TOKENS) if sampling == "production"
+              else SamplingParams(max_new_tokens=NEW_TOKENS))
+    if worker_config:
+        summarizer = worker_summarizer(loaded, params)
+    else:
+        summarizer = Summarizer(loaded, token_budget=65536, max_new_tokens=NEW_TOKENS, max_seqs_per_bin=1024,
+                                sampling=params)
+    profs = {}
+    if profile_out is not None:  # cProfile the GPU-loop thread and this (consumer) thread
+        profs = {"gpu_loop": cProfile.Profile(), "consumer": cProfile.Profile()}
+        engine_run = summarizer.engine.run
+
+        def profiled_run():
+            profs["gpu_loop"].enable()
+            try:
+                engine_run()
+            finally:
+                profs["gpu_loop"].disable()
+
+        summarizer.engine.run = profiled_run
+    summarizer.start()
+    warm = records[:300]
+    list(summarizer.results_in_order(warm))  # compile, capture graphs, start the preprocessing pool
+    latencies, out_tokens, failed = [], 0, 0
+    with GpuBusySampler() as busy:
+        t0 = sync_time()
+        if profs:
+            profs["consumer"].enable()
+        for _, result in summarizer.results_in_order(records):
+            if isinstance(result, Exception):
+                failed += 1
+                continue
+            latencies.append(result.timings.total_s)
+            out_tokens += result.output_tokens
+        dt = sync_time() - t0
+        if profs:
+            profs["consumer"].disable()
+    stats = summarizer.dispatcher.stats()
+    summarizer.close(drain=False)
+    if profs:
+        text = io.StringIO()
+        for name, prof in profs.items():
+            text.write(f"==== {name} thread ====\n")
+            pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(35)
+        profile_out.write_text(text.getvalue())
+    del summarizer
+    gc.collect()
+    torch.cuda.empty_cache()
+    lat = sorted(latencies)
+    return {"records": len(records), "failed": failed, "seconds": dt, "records_per_s": len(records) / dt,
+            "gpu_busy": busy.busy_fraction(), "p50_s": lat[len(lat) // 2] if lat else None,
+            "p99_s": lat[int(0.99 * (len(lat) - 1))] if lat else None,
+            "output_tok_per_s": out_tokens / dt, "mean_output_tokens": out_tokens / max(1, len(lat)),
+            "bin_fill": stats.get("fill_ratio"), "bins": stats.get("bins")}
+
+
+def worker_summarizer(loaded, params):
+    """The Summarizer exactly as `telesum worker` builds it from its default settings."""
+    from worker.kafka.service import build_summarizer
+    from worker.kafka.settings import WorkerSettings
+
+    summarizer = build_summarizer(WorkerSettings.from_sources(None, env={}), loaded)
+    summarizer.params = dataclasses.replace(params, max_new_tokens=summarizer.params.max_new_tokens)
+    return summarizer
+
+
+def prompts_for(loaded, records) -> list[list[int]]:
+    from worker.preprocess import prepare
+
+    return [prepare(r, loaded.tokenizer).prompt.tolist() for r in records]
+
+
+def engine_only(loaded, prompts, *, production: bool) -> dict:
+    """The engine alone on pre-tokenised prompts: the ceiling the Summarizer's host side should reach."""
+    from worker.dispatch import BinDispatcher
+    from worker.engine.engine import Engine
+    from worker.engine.runner import ModelRunner
+    from worker.engine.sequence import SamplingParams
+    from worker.engine.kv_arena import KVArena
+    from worker.summarizer import default_kv_rows, default_sampling
+
+    cfg = loaded.config
+    rows = default_kv_rows(cfg, torch.bfloat16, torch.device("cuda"), token_budget=65536, max_seqs_per_bin=1024,
+                           max_new_tokens=NEW_TOKENS, max_context=cfg.max_position_embeddings)
+    arena = KVArena(cfg, rows, dtype=torch.bfloat16, device=torch.device("cuda"))
+    disp = BinDispatcher(65536, max_seqs_per_bin=1024, queue_capacity_tokens=sum(map(len, prompts)) + 65536)
+    detok = (lambda ids: loaded.tokenizer.decode(ids, skip_special_tokens=True)) if production else None
+    engine = Engine(ModelRunner(loaded.model, arena.cache, "cuda"), disp, arena.slabs, eos_ids=(),
+                    max_context=cfg.max_position_embeddings, detokenize=detok)
+    params = default_sampling(NEW_TOKENS) if production else SamplingParams(max_new_tokens=NEW_TOKENS)
+    disp.start()
+    thread = threading.Thread(target=engine.run, daemon=True)
+    for p in prompts[:200]:  # warm-up
+        engine.add(p, params)
+    thread.start()
+    for _ in range(200):
+        engine.finished.get()
+    with GpuBusySampler() as busy:
+        t0 = sync_time()
+        for p in prompts:
+            engine.add(p, params)
+        engine.close_intake()
+        thread.join()
+        dt = sync_time() - t0
+    seqs = [engine.finished.get() for _ in prompts]
+    out = sum(len(s.output) for s in seqs)
+    del engine, arena
+    gc.collect()
+    torch.cuda.empty_cache()
+    return {"records": len(prompts), "seconds": dt, "records_per_s": len(prompts) / dt,
+            "gpu_busy": busy.busy_fraction(), "output_tok_per_s": out / dt,
+            "failed": sum(s.error is not None for s in seqs)}
+
+
+def hf_model(shape: str):
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    fields = {k: v for k, v in SHAPES[shape][1].items() if k != "model_type"}
+    config_cls, model_cls = (Qwen2Config, Qwen2ForCausalLM) if shape == "qwen7b" else (LlamaConfig, LlamaForCausalLM)
+    with torch.device("cuda"):
+        torch.manual_seed(0)
+        model = model_cls(config_cls(**fields, attn_implementation="sdpa")).to(torch.bfloat16).eval()
+    return model
+
+
+@torch.inference_mode()
+def hf_generate(model, prompts, batch_size: int) -> dict:
+    t0 = sync_time()
+    for i in range(0, len(prompts), batch_size):
+        batch = prompts[i:i + batch_size]
+        width = max(map(len, batch))
+        ids = torch.zeros(len(batch), width, dtype=torch.long)
+        mask = torch.zeros(len(batch), width, dtype=torch.long)
+        for r, p in enumerate(batch):  # left padding for generation
+            ids[r, width - len(p):] = torch.tensor(p)
+            mask[r, width - len(p):] = 1
+        model.generate(input_ids=ids.cuda(), attention_mask=mask.cuda(), max_new_tokens=NEW_TOKENS,
+                       min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0, eos_token_id=None)
+    dt = sync_time() - t0
+    return {"records": len(prompts), "batch_size": batch_size, "seconds": dt, "records_per_s": len(prompts) / dt}
+
+
+def hf_best(shape: str, prompts) -> dict:
+    model = hf_model(shape)
+    hf_generate(model, prompts[:8], 8)  # warm-up
+    best = None
+    for bs in (16, 32, 64):
+        try:
+            r = hf_generate(model, prompts, bs)
+        except torch.cuda.OutOfMemoryError:
+            r = {"batch_size": bs, "oom": True, "records_per_s": 0.0}
+            gc.collect()
+            torch.cuda.empty_cache()
+        if best is None or r["records_per_s"] > best["records_per_s"]:
+            best = r
+    del model
+    gc.collect()
+    torch.cuda.empty_cache()
+    return best
+
+
+@torch.inference_mode()
+def decode_micro(loaded) -> dict:
+    """ms per decode step at 1,100-row contexts: eager, CUDA graph, graph + packed GQA; logits checks."""
+    from worker.engine.kv_arena import KVArena
+    from worker.engine.runner import ModelRunner
+
+    cfg = loaded.config
+    res = {}
+    ctx = 1100
+    for batch in (64, 256, 1024):
+        arena = KVArena(cfg, batch * (ctx + 8), dtype=torch.bfloat16, device=torch.device("cuda"))
+        for layer in range(cfg.num_layers):
+            arena.cache.k[layer].normal_()
+            arena.cache.v[layer].normal_()
+        starts = [i * (ctx + 8) for i in range(batch)]
+        ids = torch.randint(100, cfg.vocab_size - 100, (batch,)).tolist()
+        positions = [ctx - 1 - (i % 50) for i in range(batch)]
+        runs = {}
+        for name, graphs, pack in (("eager", False, False), ("graph", True, False), ("graph_packed", True, True)):
+            attention_mod.PACK_GQA_DECODE = pack
+            runner = ModelRunner(loaded.model, arena.cache, "cuda", decode_graphs=graphs, max_decode_batch=batch)
+            logits = runner.decode(ids, positions, starts).clone()
+            for _ in range(3):
+                runner.decode(ids, positions, starts)
+            t0 = sync_time()
+            for _ in range(20):
+                runner.decode(ids, positions, starts)
+            runs[name] = ((sync_time() - t0) / 20 * 1e3, logits)
+        attention_mod.PACK_GQA_DECODE = True
+        ref = runs["eager"][1]
+        res[f"B{batch}"] = {name: {"ms": ms, "rel_err_vs_eager": float((lg - ref).norm() / ref.norm())}
+                            for name, (ms, lg) in runs.items()}
+        del arena
+        torch.cuda.empty_cache()
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--tokenizer", type=Path, required=True, help="the SmolLM2 tokenizer saved as a folder")
+    ap.add_argument("--shapes", default="smollm2,qwen7b")
+    ap.add_argument("--profiles", default="short,mixed")
+    ap.add_argument("--quick", action="store_true", help="a fifth of the records, no HF baseline")
+    ap.add_argument("--no-hf", action="store_true")
+    ap.add_argument("--profile-host", action="store_true", help="cProfile the consumer thread of one run")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    tokenizer = load_tokenizer(args.tokenizer)
+    res: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "new_tokens": NEW_TOKENS,
+                 "command": "python bench/gpu_job.py " + " ".join(
+                     f"--{k.replace('_', '-')} {v}" if not isinstance(v, bool) else f"--{k.replace('_', '-')}"
+                     for k, v in vars(args).items() if v not in (False, None))}
+
+    def save():
+        (args.out / "gpu_job.json").write_text(json.dumps(res, indent=2))
+        print(json.dumps({k: v for k, v in res.items() if not isinstance(v, dict)}), flush=True)
+
+    for shape in args.shapes.split(","):
+        loaded = build_loaded(shape, tokenizer)
+        res[f"{shape}_decode_ms"] = decode_micro(loaded)
+        print(shape, "decode", json.dumps(res[f"{shape}_decode_ms"]), flush=True)
+        save()
+        for profile in args.profiles.split(","):
+            n = COUNTS[(shape, profile)] // (5 if args.quick else 1)
+            records = records_for(profile, n)
+            for sampling in ("greedy", "production"):
+                key = f"{shape}_{profile}_{sampling}"
+                prof = args.out / f"{key}.prof.txt" if args.profile_host and profile == "short" else None
+                res[key] = summarizer_run(loaded, records, sampling=sampling, worker_config=False, profile_out=prof)
+                print(key, json.dumps(res[key]), flush=True)
+                save()
+            if profile == "short":
+                try:
+                    res[f"{shape}_short_production_worker"] = summarizer_run(
+                        loaded, records, sampling="production", worker_config=True)
+                except Exception as exc:  # report, do not hide
+                    res[f"{shape}_short_production_worker"] = {"error": repr(exc)[:300]}
+                print(f"{shape}_short_production_worker", json.dumps(res[f"{shape}_short_production_worker"]), flush=True)
+                prompts = prompts_for(loaded, records)
+                res[f"{shape}_short_engine_only_greedy"] = engine_only(loaded, prompts, production=False)
+                print(f"{shape}_short_engine_only_greedy", json.dumps(res[f"{shape}_short_engine_only_greedy"]), flush=True)
+                save()
+                if not (args.quick or args.no_hf):
+                    hf_prompts = prompts[:HF_PROMPTS[shape]]
+                    del loaded
+                    gc.collect()
+                    torch.cuda.empty_cache()
+                    res[f"{shape}_short_hf_generate"] = hf_best(shape, hf_prompts)
+                    print(f"{shape}_short_hf_generate", json.dumps(res[f"{shape}_short_hf_generate"]), flush=True)
+                    save()
+                    loaded = build_loaded(shape, tokenizer)
+        del loaded
+        gc.collect()
+        torch.cuda.empty_cache()
+    save()
+
+
+if __name__ == "__main__":
+    main()

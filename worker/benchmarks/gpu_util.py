@@ -1,0 +1,47 @@
+"""Helpers shared by the GPU benchmark scripts under bench/: synchronised timing and NVML sampling."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+
+import torch
+
+
+def sync_time() -> float:
+    """perf_counter after every queued kernel has finished."""
+    torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+class GpuBusySampler:
+    """Samples NVML's utilization (share of time a kernel ran) every 10 ms while active."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.01):
+            self.samples.append((time.perf_counter(), torch.cuda.utilization()))
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def busy_fraction(self, lo: float = 0.1, hi: float = 0.9) -> float:
+        """Mean busy share over the middle of the window (lo..hi of it): the steady state."""
+        if len(self.samples) < 2:
+            return float("nan")
+        t0, t1 = self.samples[0][0], self.samples[-1][0]
+        mid = [u for t, u in self.samples if t0 + lo * (t1 - t0) <= t <= t0 + hi * (t1 - t0)]
+        return statistics.mean(mid) / 100.0 if mid else float("nan")
+
+    def idle_fraction(self, lo: float = 0.1, hi: float = 0.9) -> float:
+        return 1.0 - self.busy_fraction(lo, hi)
