@@ -8,7 +8,7 @@ the real SmolLM2 tokenizer; 64 new tokens, EOS off. Per shape and profile: the S
 `telesum summarize` and `telesum worker` build it on a GPU, greedy and with the production sampling
 (stop string + repetition penalty); the engine alone on the same pre-tokenised prompts; Hugging Face
 `generate` on padded batches (best of 16/32/64) of the same prompts; a decode-step microbenchmark
-(eager, CUDA graph, graph + packed GQA attention) with a logits check. Writes DIR/gpu_job.json
+(FlashAttention-2 or the Triton decode kernel, eager or CUDA graph) with a logits check. Writes DIR/gpu_job.json
 (keys `<shape>_<profile>_<sampling>`: records_per_s, gpu_busy, p50_s, p99_s, output_tok_per_s).
 """
 
@@ -69,8 +69,8 @@ def summarizer_run(loaded, records, *, sampling: str, worker_config: bool, profi
         summarizer = Summarizer(loaded, token_budget=65536, max_new_tokens=NEW_TOKENS, max_seqs_per_bin=1024,
                                 sampling=params)
     profs = {}
-    if profile_out is not None:  # cProfile the GPU-loop thread and this (consumer) thread
-        profs = {"gpu_loop": cProfile.Profile(), "consumer": cProfile.Profile()}
+    if profile_out is not None:  # cProfile the GPU-loop thread (Python 3.12 allows one profiler at a time)
+        profs = {"gpu_loop": cProfile.Profile()}
         engine_run = summarizer.engine.run
 
         def profiled_run():
@@ -87,8 +87,6 @@ def summarizer_run(loaded, records, *, sampling: str, worker_config: bool, profi
     latencies, out_tokens, failed = [], 0, 0
     with GpuBusySampler() as busy:
         t0 = sync_time()
-        if profs:
-            profs["consumer"].enable()
         for _, result in summarizer.results_in_order(records):
             if isinstance(result, Exception):
                 failed += 1
@@ -96,8 +94,6 @@ def summarizer_run(loaded, records, *, sampling: str, worker_config: bool, profi
             latencies.append(result.timings.total_s)
             out_tokens += result.output_tokens
         dt = sync_time() - t0
-        if profs:
-            profs["consumer"].disable()
     stats = summarizer.dispatcher.stats()
     summarizer.close(drain=False)
     if profs:
@@ -224,7 +220,7 @@ def hf_best(shape: str, prompts) -> dict:
 
 @torch.inference_mode()
 def decode_micro(loaded) -> dict:
-    """ms per decode step at 1,100-row contexts: eager, CUDA graph, graph + packed GQA; logits checks."""
+    """ms per decode step at 1,100-row contexts: FA2 or the Triton kernel, eager or CUDA graph; logits vs eager FA2."""
     from worker.engine.kv_arena import KVArena
     from worker.engine.runner import ModelRunner
 
@@ -240,8 +236,10 @@ def decode_micro(loaded) -> dict:
         ids = torch.randint(100, cfg.vocab_size - 100, (batch,)).tolist()
         positions = [ctx - 1 - (i % 50) for i in range(batch)]
         runs = {}
-        for name, graphs, pack in (("eager", False, False), ("graph", True, False), ("graph_packed", True, True)):
-            attention_mod.PACK_GQA_DECODE = pack
+        variants = (("eager_fa2", False, "fa2"), ("graph_fa2", True, "fa2"),
+                    ("eager_triton", False, "triton"), ("graph_triton", True, "triton"))
+        for name, graphs, kernel in variants:
+            attention_mod.DECODE_KERNEL = kernel
             runner = ModelRunner(loaded.model, arena.cache, "cuda", decode_graphs=graphs, max_decode_batch=batch)
             logits = runner.decode(ids, positions, starts).clone()
             for _ in range(3):
@@ -250,8 +248,8 @@ def decode_micro(loaded) -> dict:
             for _ in range(20):
                 runner.decode(ids, positions, starts)
             runs[name] = ((sync_time() - t0) / 20 * 1e3, logits)
-        attention_mod.PACK_GQA_DECODE = True
-        ref = runs["eager"][1]
+        attention_mod.DECODE_KERNEL = "triton"
+        ref = runs["eager_fa2"][1]
         res[f"B{batch}"] = {name: {"ms": ms, "rel_err_vs_eager": float((lg - ref).norm() / ref.norm())}
                             for name, (ms, lg) in runs.items()}
         del arena

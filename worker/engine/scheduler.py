@@ -171,18 +171,25 @@ class Scheduler:
         if isinstance(plan, PrefillBin):
             for seq in seqs:
                 seq.num_prefilled = seq.prompt_len
+        if len(tokens) != len(seqs):
+            raise ValueError(f"{len(tokens)} tokens for {len(seqs)} sequences")
         finished = []
-        for seq, token in zip(seqs, tokens, strict=True):
-            if not seq.output:
-                seq.first_token_at = now
+        if isinstance(plan, Decode):  # the hot loop of a decode step: every running sequence, every step
+            for seq, token in zip(seqs, tokens):
+                if self._append(seq, token):
+                    self._finish(seq, now)
+                    finished.append(seq)
+            if finished:
+                self.running = [s for s in self.running if not s.is_done]
+            return finished
+        for seq, token in zip(seqs, tokens):
+            seq.first_token_at = now
             if self._append(seq, token):
                 self._finish(seq, now)
                 finished.append(seq)
-            elif seq.status is not SequenceStatus.DECODING:
+            else:
                 seq.status = SequenceStatus.DECODING
                 self.running.append(seq)
-        if finished and isinstance(plan, Decode):
-            self.running = [s for s in self.running if not s.is_done]
         return finished
 
     def _append(self, seq: Sequence, token: int) -> bool:

@@ -33,7 +33,9 @@ class StopChecker:
         self.num_decodes = 0  # whole-output decodes, for tests and profiles
 
     def _is_trigger(self, token: int, stops: tuple[str, ...]) -> bool:
-        table = self._triggers.setdefault(stops, {})
+        table = self._triggers.get(stops)
+        if table is None:
+            table = self._triggers[stops] = {}
         hit = table.get(token)
         if hit is None:
             text = self._token_text.get(token)

@@ -181,10 +181,9 @@ def tape_cu_seqlens_k(slab_starts: torch.Tensor, tape_rows: int) -> torch.Tensor
     return F.pad(slab_starts.to(torch.int32), (0, 1), value=tape_rows)
 
 
-# Decode with grouped-query attention: the query heads that share a K/V head go through FA2 as one
-# sequence of `group` query rows over that head, so each slab is read once per K/V head instead of once
-# per query head (FA2's varlen kernel does not do this itself). Switchable for benchmarks.
-PACK_GQA_DECODE = True
+# Decode steps (one query per sequence) on CUDA go through the Triton kernel of
+# worker.model.decode_attention when the head size allows; "fa2" keeps FlashAttention-2 (benchmarks).
+DECODE_KERNEL = "triton"
 
 
 def tape_attention(q, k_tape, v_tape, meta: AttentionMetadata, scale: float) -> torch.Tensor:
@@ -192,29 +191,21 @@ def tape_attention(q, k_tape, v_tape, meta: AttentionMetadata, scale: float) -> 
     cu_k = meta.cu_seqlens_k
     if cu_k is None:
         cu_k = tape_cu_seqlens_k(meta.slab_starts, k_tape.shape[0])  # [B+1]
-    num_tokens, num_heads, head_dim = q.shape
-    num_kv_heads = k_tape.shape[1]
-    if PACK_GQA_DECODE and meta.max_seqlen_q == 1 and num_tokens == meta.num_seqs and num_heads > num_kv_heads:
-        return _decode_gqa_packed(q, k_tape, v_tape, cu_k, meta, scale)
+    if meta.max_seqlen_q == 1 and q.shape[0] == meta.num_seqs and _triton_decode_ok(q):
+        from worker.model.decode_attention import decode_attention
+
+        return decode_attention(q, k_tape, v_tape, meta.slab_starts, meta.seqused_k, scale)
     out = torch.ops.aten._flash_attention_forward(
         q, k_tape, v_tape, meta.cu_seqlens_q, cu_k, meta.max_seqlen_q, meta.max_seqlen_k,
         0.0, True, False, scale=scale, seqused_k=meta.seqused_k)
     return out[0]  # [T, H, D]
 
 
-def _decode_gqa_packed(q, k_tape, v_tape, cu_k, meta: AttentionMetadata, scale: float) -> torch.Tensor:
-    """One query token per sequence, q [B, H, D] -> [B, H, D]; query head h uses K/V head h // group."""
-    num_seqs, num_heads, head_dim = q.shape
-    num_kv_heads = k_tape.shape[1]
-    group = num_heads // num_kv_heads
-    q_rows = q.view(num_seqs, num_kv_heads, group, head_dim).transpose(1, 2).reshape(
-        num_seqs * group, num_kv_heads, head_dim)  # [B*g, Hkv, D]: sequence b's rows b*g .. b*g+g-1
-    cu_q = meta.cu_seqlens_q * group  # [B+1]; cu_seqlens_q is arange(B+1) for decode
-    # Not causal: every one of the `group` rows is the same position and sees the whole filled slab.
-    out = torch.ops.aten._flash_attention_forward(
-        q_rows, k_tape, v_tape, cu_q, cu_k, group, meta.max_seqlen_k,
-        0.0, False, False, scale=scale, seqused_k=meta.seqused_k)[0]  # [B*g, Hkv, D]
-    return out.view(num_seqs, group, num_kv_heads, head_dim).transpose(1, 2).reshape(num_seqs, num_heads, head_dim)
+_HAS_TRITON = importlib.util.find_spec("triton") is not None
+
+
+def _triton_decode_ok(q: torch.Tensor) -> bool:
+    return DECODE_KERNEL == "triton" and _HAS_TRITON and q.is_cuda and q.shape[-1] in (32, 64, 128, 256)
 
 
 class FlashAttnBackend(AttentionBackend):
