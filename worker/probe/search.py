@@ -158,12 +158,14 @@ def headroom_for(total_bytes: int) -> int:
 
 
 def kv_rows_beside(free_bytes: int, bin_pass_bytes: int, kv_bytes_per_row: int, headroom_bytes: int) -> int:
-    """Rows of an arena that fit beside a bin whose pass (without its own rows) takes `bin_pass_bytes`."""
-    return max(0, (free_bytes - bin_pass_bytes - headroom_bytes) // kv_bytes_per_row)
+    """Rows of an arena that fit beside a bin whose pass (without its own rows) takes `bin_pass_bytes`
+    (the tape's one scratch row included)."""
+    return max(0, (free_bytes - bin_pass_bytes - headroom_bytes) // kv_bytes_per_row - 1)
 
 
 def run_probe(m: Measurer, *, max_new_tokens: int, typical_prompt_tokens: int = 1024,
-              bin_tokens: int | None = None, log: Callable[[str], None] = lambda _: None) -> ProbeResult:
+              bin_tokens: int | None = None, sample_tokens: tuple[int, int] = SAMPLE_TOKENS,
+              log: Callable[[str], None] = lambda _: None) -> ProbeResult:
     """Find the budgets (steps in the module docstring). bin_tokens given: only steps 4-6 for it."""
     started = time.perf_counter()
     trials: list[dict] = []
@@ -187,7 +189,7 @@ def run_probe(m: Measurer, *, max_new_tokens: int, typical_prompt_tokens: int = 
     bin_limit = 0
     if bin_tokens is None:
         points: list[tuple[int, int]] = []
-        for n in (align_down(max(size, k * seq), ALIGN) for size, k in zip(SAMPLE_TOKENS, (1, 4))):
+        for n in (align_down(max(size, k * seq), ALIGN) for size, k in zip(sample_tokens, (1, 4))):
             while n >= seq:
                 t = prefill(n, n, full=False, why="bytes per token")
                 if t.ok:
