@@ -134,7 +134,7 @@ def test_run_probe_shrinks_the_arena_when_the_full_pass_needs_more():
     dev = FakeDevice(tail_per_seq=10_000_000)  # the logits of a full pass eat past the headroom
     r = run_probe(dev, max_new_tokens=128, typical_prompt_tokens=1024)
     full = [t for t in r.trials if t["why"] == "bin and arena together"]
-    assert [t["ok"] for t in full][-1] is True and not full[0]["ok"]
+    assert full[-1]["ok"] and not full[0]["ok"]
     assert dev.need(r.bin_tokens, r.kv_rows, r.seq_tokens, True) <= dev.free
 
 

@@ -9,7 +9,8 @@ The steps, in order:
    the largest bin that actually runs (`bin_limit`) in a few trials.
 3. The bin budget keeps `BIN_MARGIN` below that limit.
 4. The KV arena gets the memory left beside one budget-sized bin's activations, less a headroom.
-5. The bin and the whole arena run together in one full prefill pass (shrinking the arena if not).
+5. The bin and the whole arena run together in one full prefill pass (else the arena, then the
+   bin, is made smaller and tried again).
 6. Sequences: the arena's rows over (typical prompt + max new tokens), checked by one decode step
    of that many sequences (with sampling) beside the arena.
 """
@@ -29,6 +30,7 @@ HEADROOM_FRACTION = 0.03     # of the device's memory left free beside bin + are
 HEADROOM_MIN_BYTES = 1 << 30
 REL_TOL = 0.01               # the bin search stops when its bracket is under 1 % wide
 ARENA_RETRIES = 3            # full passes tried, each with one more headroom taken off the arena
+MAX_BIN_SHRINKS = 10         # then the bin gives up 5 % at a time, this many times at most
 
 
 class ProbeError(RuntimeError):
@@ -163,6 +165,11 @@ def kv_rows_beside(free_bytes: int, bin_pass_bytes: int, kv_bytes_per_row: int, 
     return max(0, (free_bytes - bin_pass_bytes - headroom_bytes) // kv_bytes_per_row - 1)
 
 
+def slab_rows(bin_tokens: int, seq_tokens: int, max_new_tokens: int) -> int:
+    """KV rows the slabs of one full bin of `seq_tokens`-token prompts take."""
+    return bin_tokens + -(-bin_tokens // seq_tokens) * max_new_tokens
+
+
 def run_probe(m: Measurer, *, max_new_tokens: int, typical_prompt_tokens: int = 1024,
               bin_tokens: int | None = None, sample_tokens: tuple[int, int] = SAMPLE_TOKENS,
               log: Callable[[str], None] = lambda _: None) -> ProbeResult:
@@ -209,37 +216,38 @@ def run_probe(m: Measurer, *, max_new_tokens: int, typical_prompt_tokens: int = 
     elif bin_tokens < 1:
         raise ValueError(f"bin_tokens must be >= 1, got {bin_tokens}")
 
-    # The bin's own pass, without its rows: what the arena must leave room for.
-    while True:
+    # Steps 4-5. The bin's own pass, without its rows, is what the arena must leave room for; the
+    # arena must hold a full bin's slabs (prompts + max_new_tokens each), and both must run together.
+    # What does not fit costs the arena a headroom's worth of rows, then the bin 5 % of its tokens.
+    verify = None
+    for _ in range(MAX_BIN_SHRINKS + 1):
         t = prefill(bin_tokens, bin_tokens, full=False, why="the budget's activations")
         if t.ok:
+            bin_pass = t.peak_bytes - (bin_tokens + 1) * per_row  # the tape has one scratch row
+            kv_rows = kv_rows_beside(free, bin_pass, per_row, headroom)
+            for _ in range(ARENA_RETRIES + 1):
+                if kv_rows < slab_rows(bin_tokens, seq, max_new_tokens):
+                    break
+                verify = prefill(bin_tokens, kv_rows, full=True, why="bin and arena together")
+                if verify.ok:
+                    break
+                kv_rows -= headroom // per_row
+            if verify is not None and verify.ok:
+                break
+        if bin_limit == 0 or bin_tokens <= seq:
             break
-        if bin_limit == 0:
-            raise ProbeError(f"{m.device_name}: a bin of {bin_tokens:,} tokens does not fit beside the model")
         bin_tokens = align_down(bin_tokens * 0.95, ALIGN)
-    bin_pass = t.peak_bytes - (bin_tokens + 1) * per_row  # the tape has one scratch row
-    kv_rows = kv_rows_beside(free, bin_pass, per_row, headroom)
-    if kv_rows < bin_tokens:  # a full bin's slabs must fit the arena
-        raise ProbeError(f"{m.device_name}: only {kv_rows:,} KV rows fit beside a {bin_tokens:,}-token bin")
-
-    for attempt in range(ARENA_RETRIES + 1):
-        verify = prefill(bin_tokens, kv_rows, full=True, why="bin and arena together")
-        if verify.ok:
-            break
-        if attempt == ARENA_RETRIES:
-            raise ProbeError(f"{m.device_name}: a {bin_tokens:,}-token bin does not run beside any arena "
-                             f"of at least {kv_rows:,} rows")
-        kv_rows -= headroom // per_row
-        if kv_rows < bin_tokens:
-            raise ProbeError(f"{m.device_name}: a {bin_tokens:,}-token bin leaves too little room for KV rows")
+    if verify is None or not verify.ok:
+        raise ProbeError(f"{m.device_name}: a bin of {bin_tokens:,} tokens and its KV slabs do not fit "
+                         f"beside the model ({free / 2**30:.1f} GiB free)")
 
     context = seq + max_new_tokens - 1
     bound = kv_rows // (context + 1)
 
     def decodes(b: int) -> bool:
         t = m.decode(b, context, kv_rows, max_new_tokens)
-        trials.append({"kind": "decode", "why": "decode batch", "num_seqs": b, "context": context, "kv_rows": kv_rows,
-                       "ok": t.ok, "peak_bytes": t.peak_bytes, "seconds": round(t.seconds, 4)})
+        trials.append({"kind": "decode", "why": "decode batch", "num_seqs": b, "context": context,
+                       "kv_rows": kv_rows, "ok": t.ok, "peak_bytes": t.peak_bytes, "seconds": round(t.seconds, 4)})
         log(f"decode {b:,} sequences beside {kv_rows:,} KV rows: {'ok' if t.ok else 'out of memory'}")
         decode_peak[b] = t.peak_bytes
         return t.ok
