@@ -18,6 +18,7 @@ import argparse
 import gc
 import json
 import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -107,6 +108,8 @@ def chart(res: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     shapes = [k for k in SHAPES if k in res["shapes"]]
+    if not shapes:
+        return
     fig, axes = plt.subplots(1, len(shapes), figsize=(6 * len(shapes), 4.2), squeeze=False)
     for ax, name in zip(axes[0], shapes):
         r = res["shapes"][name]
@@ -132,6 +135,8 @@ def chart(res: dict, path: Path) -> None:
 
 def print_table(res: dict) -> None:
     print(f"{res['device']}  {res['date']}  torch {res['torch']}")
+    for name, why in res.get("errors", {}).items():
+        print(f"\n{name}: FAILED {why}")
     for name, r in res["shapes"].items():
         p = r["probe"]
         print(f"\n{r['shape']} (model {r['model_gib']} GiB)")
@@ -158,9 +163,18 @@ def main() -> None:
     res: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                  "date": time.strftime("%Y-%m-%d"), "max_new_tokens": args.max_new_tokens, "shapes": {}}
     for name in args.shapes.split(","):
-        res["shapes"][name] = one_shape(name, args.out, args.max_new_tokens)
+        try:
+            res["shapes"][name] = one_shape(name, args.out, args.max_new_tokens)
+        except Exception as exc:  # report it and go on to the next shape: device time is scarce
+            traceback.print_exc()
+            res.setdefault("errors", {})[name] = repr(exc)[:1000]
+            gc.collect()
+            torch.cuda.empty_cache()
         (args.out / "gpu_probe.json").write_text(json.dumps(res, indent=2))
-    chart(res, args.out / "gpu_probe.png")
+    try:
+        chart(res, args.out / "gpu_probe.png")
+    except ImportError as exc:  # no matplotlib on the GPU machine: draw it later with --chart-from
+        print(f"chart not drawn ({exc}); run again with --chart-from on a machine with matplotlib")
     print_table(res)
 
 

@@ -225,7 +225,10 @@ def main() -> None:
             torch.cuda.empty_cache()
             print(f"hf_padded_prefill_bs{bs}", res[f"hf_padded_prefill_bs{bs}"])
         out_json.write_text(json.dumps(res, indent=2))
-    chart(res, args.out / "gpu_probe_corpus_c.png")
+    try:
+        chart(res, args.out / "gpu_probe_corpus_c.png")
+    except ImportError as exc:  # no matplotlib on the GPU machine: draw it later with --chart-from
+        print(f"chart not drawn ({exc}); run again with --chart-from on a machine with matplotlib")
 
 
 if __name__ == "__main__":
