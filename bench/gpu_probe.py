@@ -140,7 +140,7 @@ def print_table(res: dict) -> None:
     for name, r in res["shapes"].items():
         p = r["probe"]
         print(f"\n{r['shape']} (model {r['model_gib']} GiB)")
-        print(f"  probe: {p['seconds']:.1f} s (warm-up included), bin {p['bin_tokens']:,} tokens "
+        print(f"  probe: {p['seconds']:.1f} s ({p['warmup_seconds']:.1f} s of it warm-up), bin {p['bin_tokens']:,} tokens "
               f"(limit {p['bin_limit']:,}), KV rows {p['kv_rows']:,}, max seqs {p['max_seqs']:,}, "
               f"peak {p['peak_bytes'] / GiB:.1f} GiB of {p['total_bytes'] / GiB:.1f}")
         print(f"  second call: {r['second_call']}")

@@ -155,6 +155,11 @@ def test_run_probe_with_a_given_bin_only_plans_the_arena_beside_it():
     assert r.kv_rows > 65536 and dev.need(65536, r.kv_rows, 1024, True) <= dev.free
 
 
+def test_run_probe_given_bin_that_cannot_fit_raises_probe_error():
+    with pytest.raises(ProbeError, match="do not fit"):
+        run_probe(FakeDevice(), max_new_tokens=128, bin_tokens=2_000_000)
+
+
 def test_run_probe_nothing_fits_raises_probe_error():
     with pytest.raises(ProbeError, match="does not fit"):
         run_probe(FakeDevice(free=100 << 20), max_new_tokens=128)

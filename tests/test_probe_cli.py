@@ -22,7 +22,7 @@ def test_probe_command_without_a_gpu_exits_2(caplog):
 
 
 def test_format_table_shows_every_budget_and_its_source():
-    b = Budgets(bin_tokens=576_000, kv_rows=730_112, max_seqs=633, peak_bytes=135 * 2**30, seconds=21.4,
+    b = Budgets(bin_tokens=576_000, kv_rows=730_112, max_seqs=633, peak_bytes=135 * 2**30, seconds=21.4, warmup_seconds=3.0,
                 source="cache", bin_limit=640_000, free_bytes=124 * 2**30, headroom_bytes=4 * 2**30,
                 seq_tokens=1024, device_name="NVIDIA H200", total_bytes=140 * 2**30, cache_path="/c/x.json")
     text = format_table(b, "qwen", "bfloat16", 128)

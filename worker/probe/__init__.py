@@ -31,6 +31,7 @@ class Budgets:
     max_seqs: int         # sequences in flight at once (prompt + max_new_tokens rows each, typical prompt)
     peak_bytes: int       # device memory allocated at the peak of the checks, model included
     seconds: float        # how long the probe took (the probe's own time when read from the cache)
+    warmup_seconds: float  # of which the first passes (compilation, library workspaces)
     source: str           # "probe" (measured now) or "cache" (read from cache_path)
     bin_limit: int        # the largest bin that ran beside only its own KV rows (0 when the bin was given)
     free_bytes: int       # free device memory when probed
@@ -44,8 +45,8 @@ class Budgets:
         return dataclasses.asdict(self)
 
 
-_MEASURED = ("bin_tokens", "kv_rows", "max_seqs", "peak_bytes", "seconds", "bin_limit", "free_bytes",
-             "headroom_bytes", "seq_tokens")
+_MEASURED = ("bin_tokens", "kv_rows", "max_seqs", "peak_bytes", "seconds", "warmup_seconds", "bin_limit",
+             "free_bytes", "headroom_bytes", "seq_tokens")
 
 
 def probe_budgets(loaded, device, *, max_new_tokens: int, typical_prompt_tokens: int = 1024,

@@ -96,9 +96,10 @@ def _check(entry, key: dict, free_bytes: int) -> str | None:
             return f"field {name!r} is {b[name]}"
     if b["kv_rows"] < b["bin_tokens"]:
         return f"kv_rows {b['kv_rows']} is below bin_tokens {b['bin_tokens']}"
-    seconds = b.get("seconds")
-    if type(seconds) not in (int, float) or seconds < 0:
-        return f"field 'seconds' is {seconds!r}"
+    for name in ("seconds", "warmup_seconds"):
+        value = b.get(name)
+        if type(value) not in (int, float) or value < 0:
+            return f"field {name!r} is {value!r}"
     if abs(free_bytes - b["free_bytes"]) > FREE_TOLERANCE * key["total_bytes"]:
         return (f"{free_bytes / 2**30:.1f} GiB of device memory is free now, "
                 f"{b['free_bytes'] / 2**30:.1f} GiB was when probed")

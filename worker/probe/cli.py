@@ -64,7 +64,8 @@ def format_table(b, model: str, dtype: str, max_new_tokens: int) -> str:
         ("max sequences", f"{b.max_seqs:,}", f"{b.seq_tokens:,}-token prompts + {max_new_tokens} new tokens"),
         ("peak memory", f"{b.peak_bytes / gib:.1f} GiB", f"of {b.total_bytes / gib:.1f} GiB; "
                                                         f"{b.headroom_bytes / gib:.1f} GiB kept free"),
-        ("seconds", f"{b.seconds:.1f}", "probe time" + (" (when it was probed)" if b.source == "cache" else "")),
+        ("seconds", f"{b.seconds:.1f}", f"probe time, {b.warmup_seconds:.1f} s of it the first passes"
+                                        + (" (when it was probed)" if b.source == "cache" else "")),
         ("source", b.source, b.cache_path or ""),
     ]
     head = f"{b.device_name}, {model} ({dtype})"
