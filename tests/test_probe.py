@@ -229,6 +229,7 @@ def test_probe_budgets_other_gpu_misses_the_cache(tmp_path):
     lambda text: text.replace('"kv_rows": ', '"kv_rows": -'),  # negative
     lambda text: text.replace('"max_seqs": ', '"max_seqs": "'),  # wrong type (string)
     lambda text: text.replace('"version": 1', '"version": 0'),   # an older probe's entry
+    lambda text: text.replace('"free_at_start_bytes": ', '"free_at_start_bytes": -'),
 ])
 def test_probe_budgets_corrupt_entry_is_probed_again_and_rewritten(tmp_path, damage, caplog):
     dev = FakeDevice()

@@ -73,9 +73,10 @@ def probe_budgets(loaded, device, *, max_new_tokens: int, typical_prompt_tokens:
                     typical_prompt_tokens=typical_prompt_tokens, bin_tokens=bin_tokens)
     path = cache_path(Path(cache_dir) if cache_dir is not None else default_cache_dir(), key)
     common = {"device_name": measurer.device_name, "total_bytes": measurer.total_bytes, "cache_path": str(path)}
+    free_at_start = measurer.free_bytes()
     if not refresh:
         started = time.perf_counter()
-        entry = load_entry(path, key, free_bytes=measurer.free_bytes())
+        entry = load_entry(path, key, free_bytes=free_at_start)
         if entry is not None:
             budgets = Budgets(**{k: entry[k] for k in _MEASURED}, source="cache", **common)
             log.info("probe budgets from the cache %s (read in %.3f s)", path, time.perf_counter() - started)
@@ -86,7 +87,7 @@ def probe_budgets(loaded, device, *, max_new_tokens: int, typical_prompt_tokens:
                                     typical_prompt_tokens=typical_prompt_tokens, bin_tokens=bin_tokens,
                                     log=log.debug)
     figures = {k: getattr(result, k) for k in _MEASURED}
-    store_entry(path, key, figures)
+    store_entry(path, key, figures, free_at_start_bytes=free_at_start)
     budgets = Budgets(**figures, source="probe", **common)
     log.info("probed in %.1f s: bin %d tokens, %d KV rows, %d sequences, peak %.1f GiB",
              result.seconds, budgets.bin_tokens, budgets.kv_rows, budgets.max_seqs, budgets.peak_bytes / 2**30)

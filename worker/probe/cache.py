@@ -3,8 +3,10 @@
 Files live in `$TELESUM_CACHE_DIR/probe`, else `$XDG_CACHE_HOME/telesum/probe`, else
 `~/.cache/telesum/probe`. An entry is used only when it parses, every field has the right type and
 a sane value, its key equals the one asked for, and the device's free memory now is within
-`FREE_TOLERANCE` of the device's total of what it was when probed (another process on the GPU, or
-more of this one loaded first, makes old budgets unsafe or wasteful). Anything else is re-probed.
+`FREE_TOLERANCE` of the device's total of what it was when that probe started (another process on
+the GPU, or more of this one loaded first, makes old budgets unsafe or wasteful). Both figures are
+taken at the same point: after the model is loaded, before any pass has run. Anything else is
+re-probed.
 """
 
 from __future__ import annotations
@@ -69,13 +71,14 @@ def load_entry(path: Path, key: dict, *, free_bytes: int) -> dict | None:
     return entry["budgets"]
 
 
-def store_entry(path: Path, key: dict, budgets: dict) -> None:
+def store_entry(path: Path, key: dict, budgets: dict, *, free_at_start_bytes: int) -> None:
     """Write atomically (a torn file from a crash is never read as an entry). Errors are logged, not raised:
     a read-only cache folder costs a re-probe next time, nothing else."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"key": key, "budgets": budgets}, indent=2, sort_keys=True))
+        entry = {"key": key, "budgets": budgets, "free_at_start_bytes": free_at_start_bytes}
+        tmp.write_text(json.dumps(entry, indent=2, sort_keys=True))
         os.replace(tmp, path)
     except OSError as exc:
         log.warning("could not write the probe cache %s: %s", path, exc)
@@ -100,7 +103,9 @@ def _check(entry, key: dict, free_bytes: int) -> str | None:
         value = b.get(name)
         if type(value) not in (int, float) or value < 0:
             return f"field {name!r} is {value!r}"
-    if abs(free_bytes - b["free_bytes"]) > FREE_TOLERANCE * key["total_bytes"]:
-        return (f"{free_bytes / 2**30:.1f} GiB of device memory is free now, "
-                f"{b['free_bytes'] / 2**30:.1f} GiB was when probed")
+    then = entry.get("free_at_start_bytes")
+    if type(then) is not int or then < 0:
+        return f"field 'free_at_start_bytes' is {then!r}"
+    if abs(free_bytes - then) > FREE_TOLERANCE * key["total_bytes"]:
+        return f"{free_bytes / 2**30:.1f} GiB of device memory is free now, {then / 2**30:.1f} GiB was when probed"
     return None
