@@ -69,6 +69,9 @@ def full_pass(m: TorchMeasurer, tokens: int, kv_rows: int, seq: int) -> dict:
 def one_shape(name: str, out: Path, max_new_tokens: int) -> dict:
     label, hf = SHAPES[name]
     cfg = ModelConfig.from_hf_config(hf)
+    # Each shape compiles its own fused kernels; a fresh compile cache keeps one shape's graphs from
+    # using up the other's recompile limit (past it, dynamo runs eager: other memory, other figures).
+    torch._dynamo.reset()
     t0 = time.perf_counter()
     loaded = random_model(cfg, device="cuda", dtype=torch.bfloat16, name=f"random-{name}")
     res: dict = {"shape": label, "load_seconds": round(time.perf_counter() - t0, 1),
