@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "produce": ("worker.produce", "write sample telemetry to a topic or a file"),
     "schemas": ("worker.schemas", "export the JSON Schemas of the message types"),
     "tail": ("worker.tail", "print summaries and dead letters from the output topics"),
+    "probe": ("worker.probe.cli", "measure the GPU's bin, KV arena and sequence budgets for a model"),
 }
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "pack": ("worker.benchmarks.pack", "native dispatcher vs a pure-Python FFD"),
