@@ -23,18 +23,12 @@ from pathlib import Path
 
 import torch
 
-from worker.benchmarks.corpora import QWEN25_7B
+from worker.benchmarks.corpora import QWEN25_7B, SMOLLM2_135M
 from worker.model import ModelConfig, random_model
 from worker.probe import probe_budgets
 from worker.probe.measure import TorchMeasurer
 from worker.probe.search import ALIGN
 
-SMOLLM2_135M = {
-    "model_type": "llama", "vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536,
-    "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "rms_norm_eps": 1e-5,
-    "rope_theta": 100000.0, "max_position_embeddings": 8192, "tie_word_embeddings": True,
-    "bos_token_id": 1, "eos_token_id": 2,
-}
 SHAPES = {"smollm2": ("SmolLM2-135M shape", SMOLLM2_135M), "qwen7b": ("Qwen2.5-7B shape", QWEN25_7B)}
 GiB = 2**30
 
