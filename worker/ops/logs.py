@@ -37,7 +37,8 @@ class JsonFormatter(logging.Formatter):
 
 def configure_logging(settings: LogSettings, **static: str) -> None:
     """Replace the root handler: level and format from `settings`; `static` fields (e.g. worker)
-    go on every JSON line. kafka-python's per-connection INFO lines only show at debug."""
+    go on every JSON line. kafka-python's per-connection INFO lines show only at debug, its own
+    debug lines never (they would drown the worker's)."""
     root = logging.getLogger()
     for handler in list(root.handlers):  # basicConfig's handler or ours; others (e.g. a test's) stay
         if type(handler) is logging.StreamHandler:
@@ -46,4 +47,4 @@ def configure_logging(settings: LogSettings, **static: str) -> None:
     handler.setFormatter(JsonFormatter(static) if settings.format == "json" else logging.Formatter(TEXT_FORMAT))
     root.addHandler(handler)
     root.setLevel(settings.level.upper())
-    logging.getLogger("kafka").setLevel(logging.DEBUG if settings.level == "debug" else logging.WARNING)
+    logging.getLogger("kafka").setLevel(logging.INFO if settings.level == "debug" else logging.WARNING)
