@@ -342,3 +342,13 @@ def test_supervisor_two_cpu_workers_share_then_killed_child_reported_every_id_an
     assert re.search(rf"worker cpu0 \(pid {pids['cpu0']}\) exited: exit code 0", log)
     assert re.search(rf"worker cpu1 \(pid {pids['cpu1']}\) died while serving: killed by SIGKILL", log)
     print(f"supervisor: {sum(n - 1 for n in counts.values())} duplicate answers of {len(ids)}")
+
+
+def test_supervisor_json_logs_relayed_whole_without_prefix():
+    out = io.BytesIO()
+    settings = from_values({"kafka.gpus": "cpu:1", "log.format": "json"}).settings
+    sup = Supervisor(settings, parse_gpus("cpu:1", []), [sys.executable, "-c", 'print(\'{"message": "hi"}\')'],
+                     out=out)
+    sup.start()
+    sup.run()  # the stand-in exits by itself: reported as a death, which is not what this test is about
+    assert out.getvalue().splitlines() == [b'{"message": "hi"}']

@@ -147,7 +147,8 @@ class Supervisor:
         self._relays: list[threading.Thread] = []
 
     def start(self) -> None:
-        """Start every child; their output goes to `out`, each line prefixed with the slot name."""
+        """Start every child; their output goes to `out`, each line prefixed with the slot name
+        (JSON log lines stay whole: their `worker` field names the child)."""
         for slot, env in zip(self.slots, self._envs):
             proc = subprocess.Popen(self.child_argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     start_new_session=True)
@@ -221,7 +222,7 @@ class Supervisor:
         return 1
 
     def _relay(self, name: str, stream: BinaryIO) -> None:
-        prefix = f"[{name}] ".encode()
+        prefix = b"" if self.settings.log.format == "json" else f"[{name}] ".encode()
         broken = False
         for line in iter(stream.readline, b""):
             if broken:
