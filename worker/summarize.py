@@ -124,7 +124,11 @@ def run(args: argparse.Namespace) -> int:
     rejects_path = args.rejects or args.output.with_name(args.output.name + ".rejects.jsonl")
     done = read_done(args.output)
     rejected_before = read_rejected_lines(rejects_path)
-    loaded = load_model(engine)
+    try:
+        loaded = load_model(engine)
+    except (FileNotFoundError, ValueError) as exc:  # a wrong --model: say so, no traceback
+        log.error("engine.model (--model, TELESUM_MODEL) %r: %s", engine.model, exc)
+        return 2
     budgets = budgets_for(loaded_settings, loaded)
     summarizer = build_summarizer(engine, budgets, loaded)
     banner("summarize", loaded, budgets, summarizer, input=str(args.input), output=str(args.output))

@@ -108,7 +108,11 @@ def run(args: argparse.Namespace) -> int:
     install_signal_handlers(stop)
     ops = _Ops(loaded_settings, stop)
     ops.start_http(_device_label(settings.engine))
-    loaded = load_model(settings.engine)
+    try:
+        loaded = load_model(settings.engine)
+    except (FileNotFoundError, ValueError) as exc:  # a wrong --model: say so, no traceback
+        log.error("engine.model (--model, TELESUM_MODEL) %r: %s", settings.engine.model, exc)
+        return 2
     budgets = budgets_for(loaded_settings, loaded)
     summarizer = build_summarizer(settings.engine, budgets, loaded)
     summarizer.start()
