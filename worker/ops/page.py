@@ -20,7 +20,7 @@ HTML = """<!doctype html>
 <section class="cards">
 <div class="card"><b id="rate">-</b><span>records/s</span></div>
 <div class="card"><b id="fill">-</b><span>bin fill</span></div>
-<div class="card"><b id="busy">-</b><span>GPU busy</span></div>
+<div class="card"><b id="busy">-</b><span id="busylabel">GPU busy</span></div>
 <div class="card"><b id="inflight">-</b><span>in flight</span></div>
 <div class="card"><b id="summaries">-</b><span>summaries</span></div>
 <div class="card"><b id="dlq">-</b><span>dead letters</span></div>
@@ -97,6 +97,7 @@ JS = r"""'use strict';
     $('rate').textContent = d.records_per_s.toFixed(1);
     $('fill').textContent = pct(e.bin_fill_ratio);
     $('busy').textContent = pct(e.engine_busy_ratio);
+    $('busylabel').textContent = String(a.device || '').startsWith('cuda') ? 'GPU busy' : 'engine busy';
     $('inflight').textContent = (s.in_flight || 0) + (s.backlog || 0);
     $('summaries').textContent = s.summaries || 0;
     $('dlq').textContent = s.dead_letters || 0;
