@@ -14,6 +14,11 @@ RUN pip install --no-cache-dir . \
 
 RUN useradd --create-home telesum
 USER telesum
+# One port for /metrics, /healthz, /readyz and the status page (/status).
+ENV TELESUM_METRICS_PORT=9400
 EXPOSE 9400
+# Alive: the process answers and its poll loop is not stuck (readiness is /readyz, for orchestrators).
+HEALTHCHECK --interval=15s --timeout=5s --start-period=180s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9400/healthz', timeout=3)"]
 ENTRYPOINT ["telesum"]
 CMD ["worker"]

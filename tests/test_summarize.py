@@ -77,3 +77,18 @@ def test_summarize_cli_bad_lines_go_to_rejects_with_line_numbers(tmp_path, tiny_
     assert rejects[0]["original"] == "{not json"
     rc, out, rejects = _run(tmp_path, lines)  # a rerun neither repeats work nor re-reports
     assert rc == 0 and len(out) == 3 and len(rejects) == 3
+
+
+def test_summarize_cli_missing_model_exits_2_naming_the_setting(tmp_path, caplog):
+    src = tmp_path / "in.jsonl"
+    src.write_text(_line(0) + "\n")
+    rc = main(["summarize", str(src), "-o", str(tmp_path / "out.jsonl"), "--model", str(tmp_path / "nope.gguf"),
+               "--device", "cpu", "--no-progress"])
+    assert rc == 2 and "engine.model (--model, TELESUM_MODEL)" in caplog.text and "does not exist" in caplog.text
+
+
+def test_summarize_cli_bad_setting_exits_2_before_loading(tmp_path, tiny_loaded, caplog):
+    src = tmp_path / "in.jsonl"
+    src.write_text(_line(0) + "\n")
+    rc = main(["summarize", str(src), "-o", str(tmp_path / "out.jsonl"), "--max-seqs-per-bin", "0"])
+    assert rc == 2 and "engine.max_seqs_per_bin (--max-seqs-per-bin" in caplog.text and tiny_loaded == []

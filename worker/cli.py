@@ -15,6 +15,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "summarize": ("worker.summarize", "summarise a JSON Lines file offline (resumable)"),
     "worker": ("worker.kafka.service", "run the Kafka worker"),
+    "config": ("worker.config_cmd", "print the effective settings and where each came from"),
     "produce": ("worker.produce", "write sample telemetry to a topic or a file"),
     "schemas": ("worker.schemas", "export the JSON Schemas of the message types"),
     "tail": ("worker.tail", "print summaries and dead letters from the output topics"),
@@ -36,7 +37,7 @@ def _add_module_command(subparsers, name: str, module: str, help_text: str) -> N
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="telesum", description=__doc__.splitlines()[0])
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging (as --log-level debug)")
     subparsers = parser.add_subparsers(dest="command", required=True)
     # Only the chosen subcommand's module is imported; the others get a bare parser for --help.
     chosen = next((a for a in argv if not a.startswith("-")), None)
@@ -65,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not args.verbose:  # kafka-python logs every connection at INFO
         logging.getLogger("kafka").setLevel(logging.WARNING)
+    if args.verbose and getattr(args, "log.level", "") is None:  # a command with settings: -v is a flag
+        setattr(args, "log.level", "debug")
     return int(args._run(args) or 0)
 
 

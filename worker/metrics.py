@@ -21,6 +21,10 @@ from worker.messages import Summary, TelemetryRecord
 
 # The engine's counters sit behind the GPU-loop thread's lock: sample them at most this often.
 _SAMPLE_INTERVAL_S = 0.25
+# Consumer lag needs a look at every assigned partition's position: once a second is plenty.
+_LAG_INTERVAL_S = 1.0
+# The engine-busy gauge is a moving average over about this many seconds of samples.
+_BUSY_WINDOW_S = 10.0
 # Per-record phase times: a few ms (short prompt on a GPU) up to minutes (hierarchical 50k tokens on CPU).
 _SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 _TOKEN_BUCKETS = (16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536)
@@ -83,6 +87,16 @@ class WorkerMetrics:
         self.queue_tokens = gauge("telesum_summarizer_queue_tokens", "prompt tokens waiting in the dispatcher")
         self.engine_active = gauge("telesum_engine_sequences", "sequences admitted to the engine, unfinished")
         self.fill_ratio = gauge("telesum_bin_fill_ratio", "mean share of a bin's token budget used")
+        self.engine_busy = gauge("telesum_engine_busy_ratio",
+                                 "share of recent samples in which the engine (GPU) had work, ~10 s average")
+        self._lag = Gauge("telesum_consumer_lag_records",
+                          "records in the partition not yet answered: log end minus the done position",
+                          names + ("topic", "partition"), registry=self.registry)
+        # (topic, partition) -> {"lag", "in_flight", "paused"}; replaced whole, so readers on other
+        # threads (the status page) see one consistent snapshot.
+        self.partitions: dict[tuple[str, int], dict[str, int | bool | None]] = {}
+        self._last_lag = float("-inf")
+        self._busy = 0.0
         self._dispatch_counters = {key: counter(*spec) for key, spec in _DISPATCH_COUNTERS.items()}
         self._last_dispatch: dict[str, float] = {}
         self.queued_s = histogram("telesum_queue_seconds", "per record: submit to first prefill", _SECONDS_BUCKETS)
@@ -102,10 +116,11 @@ class WorkerMetrics:
         server, _thread = start_http_server(port, addr=addr, registry=self.registry)
         return server.server_port
 
-    def watch_summarizer(self, summarizer) -> MeteredSummarizer:
-        """Wrap `summarizer` so its results are measured; its dispatcher/engine counters are sampled too."""
+    def watch_summarizer(self, summarizer, *listeners) -> MeteredSummarizer:
+        """Wrap `summarizer` so its results are measured (and passed to each `listener(results)`,
+        e.g. the status page); its dispatcher/engine counters are sampled too."""
         self._summarizer = summarizer
-        return MeteredSummarizer(summarizer, self)
+        return MeteredSummarizer(summarizer, self, listeners)
 
     # -- feeds (poll-loop thread) ---------------------------------------------------------
     def observe_loop(self, worker) -> None:
@@ -125,8 +140,33 @@ class WorkerMetrics:
         self.paused.set(len(worker.consumer.paused()))
         now = time.monotonic()
         if self._summarizer is not None and now - self._last_sample >= _SAMPLE_INTERVAL_S:
+            elapsed = now - self._last_sample
             self._last_sample = now
-            self._sample_summarizer(self._summarizer)
+            self._sample_summarizer(self._summarizer, elapsed)
+        if now - self._last_lag >= _LAG_INTERVAL_S:
+            self._last_lag = now
+            self._sample_lag(worker)
+
+    def _sample_lag(self, worker) -> None:
+        client = getattr(worker.consumer, "client", None)
+        paused = worker.consumer.paused()
+        snapshot: dict[tuple[str, int], dict[str, int | bool | None]] = {}
+        for tp in sorted(worker.tracker.partitions()):
+            lag = None
+            highwater = client.highwater(tp) if client is not None else None
+            if highwater is not None:  # known after the first fetch, when the position is too
+                position = client.position(tp, timeout_ms=0)
+                if position is not None:
+                    lag = max(0, highwater - position) + worker.tracker.in_flight(tp)
+                    self._lag.labels(topic=tp.topic, partition=str(tp.partition), **self.labels).set(lag)
+            snapshot[(tp.topic, tp.partition)] = {"lag": lag, "in_flight": worker.tracker.in_flight(tp),
+                                                  "paused": tp in paused}
+        for key in set(self.partitions) - set(snapshot):  # revoked: its series would lie
+            try:
+                self._lag.remove(*self.labels.values(), key[0], str(key[1]))
+            except KeyError:
+                pass
+        self.partitions = snapshot
 
     def observe_results(self, results: list[tuple[Hashable, Summary | Exception]]) -> None:
         """Per-record timings and token counts of finished summaries (failures count as dead letters)."""
@@ -144,7 +184,7 @@ class WorkerMetrics:
             if result.hierarchical:
                 self.hierarchical.inc()
 
-    def _sample_summarizer(self, summarizer) -> None:
+    def _sample_summarizer(self, summarizer, elapsed_s: float) -> None:
         dispatcher = getattr(summarizer, "dispatcher", None)
         if dispatcher is not None:
             stats = dispatcher.stats()
@@ -156,7 +196,11 @@ class WorkerMetrics:
                     self._inc_delta(self._last_dispatch, key, stats[key], child)
         engine = getattr(summarizer, "engine", None)
         if engine is not None:
-            self.engine_active.set(engine.num_unfinished)
+            active = engine.num_unfinished
+            self.engine_active.set(active)
+            weight = min(1.0, elapsed_s / _BUSY_WINDOW_S) if elapsed_s != float("inf") else 1.0
+            self._busy += weight * ((1.0 if active else 0.0) - self._busy)
+            self.engine_busy.set(self._busy)
 
     @staticmethod
     def _inc_delta(last: dict, key: str, value: float, child) -> None:
@@ -169,9 +213,10 @@ class WorkerMetrics:
 class MeteredSummarizer:
     """The Summarizer's submit/poll interface, measuring each result on its way out."""
 
-    def __init__(self, inner, metrics: WorkerMetrics) -> None:
+    def __init__(self, inner, metrics: WorkerMetrics, listeners=()) -> None:
         self.inner = inner
         self.metrics = metrics
+        self.listeners = tuple(listeners)
 
     def submit(self, request_id: Hashable, record: TelemetryRecord) -> None:
         """As the inner summarizer's `submit` (raises Backpressure when full)."""
@@ -182,4 +227,6 @@ class MeteredSummarizer:
         results = self.inner.poll(timeout)
         if results:
             self.metrics.observe_results(results)
+            for listener in self.listeners:
+                listener(results)
         return results

@@ -17,13 +17,15 @@ from pathlib import Path
 import msgspec
 
 from worker.messages import InvalidRecord, TelemetryRecord, decode_record
+from worker.settings.fields import SettingsError
+from worker.settings.load import add_arguments as add_setting_arguments
+from worker.settings.load import load_settings
 
 log = logging.getLogger(__name__)
 
-CPU_TOKEN_BUDGET = 2048    # one bin; CPU prefill of more tokens per pass gains nothing
-GPU_TOKEN_BUDGET = 65536   # the seed's measured bin size on an H100/H200
-CPU_SEQS_PER_BIN = 16
-GPU_SEQS_PER_BIN = 1024
+# The settings this command reads (flags, environment, file): the engine's, shared with
+# `telesum worker`, and logging.
+SECTIONS = ("engine", "log")
 
 
 class Reject(msgspec.Struct, frozen=True):
@@ -42,17 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", type=Path, required=True, help="JSON Lines of summaries (appended)")
     parser.add_argument("--rejects", type=Path, default=None,
                         help="bad lines and failed records (default: OUTPUT + '.rejects.jsonl')")
-    parser.add_argument("--model", default=None, help="HF folder or .gguf (default: embedded SmolLM2-135M)")
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--token-budget", type=int, default=None,
-                        help=f"tokens per packed bin (default {GPU_TOKEN_BUDGET} on GPU, {CPU_TOKEN_BUDGET} on CPU)")
-    parser.add_argument("--kv-rows", type=int, default=None, help="KV arena rows (default: two full bins)")
-    parser.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda when available)")
-    parser.add_argument("--backend", default=None, choices=["flash_attn", "torch_fa2", "sdpa"])
-    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_setting_arguments(parser, SECTIONS)
 
 
 def read_done(output: Path) -> set[str]:
@@ -113,26 +106,32 @@ def count_lines(path: Path) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
     from tqdm import tqdm
 
-    from worker.model import embedded_model_path, load_model
-    from worker.summarizer import Summarizer, default_sampling
+    from worker.ops.logs import configure_logging
+    from worker.runtime import banner, budgets_for, build_summarizer, load_model
 
+    try:
+        loaded_settings = load_settings(args, sections=SECTIONS)
+    except SettingsError as exc:
+        log.error("%s", exc)
+        return 2
+    engine = loaded_settings.settings.engine
+    configure_logging(loaded_settings.settings.log)
     if not args.input.is_file():
         log.error("input %s does not exist", args.input)
         return 2
     rejects_path = args.rejects or args.output.with_name(args.output.name + ".rejects.jsonl")
     done = read_done(args.output)
     rejected_before = read_rejected_lines(rejects_path)
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    on_gpu = device.type == "cuda"
-    loaded = load_model(args.model or embedded_model_path(), device=device, backend=args.backend)
-    summarizer = Summarizer(
-        loaded, token_budget=args.token_budget or (GPU_TOKEN_BUDGET if on_gpu else CPU_TOKEN_BUDGET),
-        max_new_tokens=args.max_new_tokens, kv_capacity_rows=args.kv_rows,
-        max_seqs_per_bin=GPU_SEQS_PER_BIN if on_gpu else CPU_SEQS_PER_BIN, seed=args.seed,
-        sampling=default_sampling(args.max_new_tokens, args.temperature, args.top_p))
+    try:
+        loaded = load_model(engine)
+    except (FileNotFoundError, ValueError) as exc:  # a wrong --model: say so, no traceback
+        log.error("engine.model (--model, TELESUM_MODEL) %r: %s", engine.model, exc)
+        return 2
+    budgets = budgets_for(loaded_settings, loaded)
+    summarizer = build_summarizer(engine, budgets, loaded)
+    banner("summarize", loaded, budgets, summarizer, input=str(args.input), output=str(args.output))
     total = count_lines(args.input)
     counts = {"summarised": 0, "rejected": 0}
     line_numbers: collections.deque[int] = collections.deque()  # of records in flight, input order

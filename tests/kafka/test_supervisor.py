@@ -20,7 +20,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from helpers import WorkerProcess, answer_ids, consume, produce_records
-from worker.kafka.settings import SettingsError, WorkerSettings
+from worker.kafka.settings import SettingsError
+from worker.settings.load import from_values, load_settings
 from worker.kafka.supervisor import Slot, Supervisor, child_environment, describe_exit, parse_gpus
 
 # ---- parsing --gpus -------------------------------------------------------------------------
@@ -70,28 +71,36 @@ def test_parse_gpus_bad_spec_raises_naming_the_flag(spec, pattern):
 
 
 def test_child_environment_one_unsupervised_worker_per_slot():
-    settings = WorkerSettings(gpus="2", metrics_port=9100, security_protocol="SASL_SSL", sasl_mechanism="PLAIN",
-                              sasl_plain_username="u", sasl_plain_password="secret", max_context=2048)
-    base = {"PATH": "/bin", "TELESUM_INPUT_TOPIC": "stale-from-parent", "TELESUM_GPUS": "2"}
+    settings = from_values({"kafka.gpus": "2", "http.metrics_port": 9100, "kafka.security_protocol": "SASL_SSL",
+                            "kafka.sasl_mechanism": "PLAIN", "kafka.sasl_plain_username": "u",
+                            "kafka.sasl_plain_password": "secret", "engine.max_context": 2048,
+                            "engine.token_budget": 4096}).settings
+    base = {"PATH": "/bin", "TELESUM_INPUT_TOPIC": "stale-from-parent", "TELESUM_GPUS": "2",
+            "TELESUM_CONFIG": "/parent/only.toml"}
     envs = [child_environment(settings, slot, base) for slot in parse_gpus("2", ["0", "1"])]
     for i, env in enumerate(envs):
-        assert "TELESUM_GPUS" not in env and env["PATH"] == "/bin"
+        assert "TELESUM_GPUS" not in env and "TELESUM_CONFIG" not in env and env["PATH"] == "/bin"
         assert env["CUDA_VISIBLE_DEVICES"] == str(i) and env["TELESUM_DEVICE"] == "cuda"
         assert env["TELESUM_METRICS_PORT"] == str(9100 + i)
         assert env["TELESUM_WORKER_ID"] == f"telesum-worker-gpu{i}"
-        child = WorkerSettings.from_sources(None, env)
-        assert child.input_topic == "telemetry" and child.sasl_plain_password == "secret"
-        assert child.max_context == 2048 and child.gpus is None and child.group_id == settings.group_id
+        child = load_settings(None, env)
+        assert child.settings.kafka.input_topic == "telemetry" and child.settings.kafka.sasl_plain_password == "secret"
+        assert child.settings.engine.max_context == 2048 and child.settings.kafka.gpus is None
+        assert child.settings.kafka.group_id == settings.kafka.group_id
+        # an operator-set budget stays operator-set in the child: the banner and the probe see it so
+        assert child.settings.engine.token_budget == 4096 and child.is_set("engine.token_budget")
+        assert not child.is_set("engine.max_seqs_per_bin")
 
 
 def test_child_environment_metrics_off_stays_off():
-    env = child_environment(WorkerSettings(gpus="cpu:2"), Slot(1, "cpu1", "", "cpu"), {})
+    env = child_environment(from_values({"kafka.gpus": "cpu:2"}).settings, Slot(1, "cpu1", "", "cpu"), {})
     assert env["TELESUM_METRICS_PORT"] == "0" and env["CUDA_VISIBLE_DEVICES"] == "" and env["TELESUM_DEVICE"] == "cpu"
 
 
 def test_child_environment_explicit_device_conflict_raises():
     with pytest.raises(SettingsError, match="--device 'cuda:1' conflicts"):
-        child_environment(WorkerSettings(gpus="all", device="cuda:1"), Slot(0, "gpu0", "0", "cuda"), {})
+        child_environment(from_values({"kafka.gpus": "all", "engine.device": "cuda:1"}).settings,
+                          Slot(0, "gpu0", "0", "cuda"), {})
 
 
 def test_describe_exit_signal_and_code():
@@ -116,7 +125,7 @@ while True:
 
 def _fake_supervisor(n: int, drain_timeout_s: float = 30.0, margin_s: float = 30.0):
     out = io.BytesIO()
-    sup = Supervisor(WorkerSettings(gpus=f"cpu:{n}", drain_timeout_s=drain_timeout_s),
+    sup = Supervisor(from_values({"kafka.gpus": f"cpu:{n}", "kafka.drain_timeout_s": drain_timeout_s}).settings,
                      parse_gpus(f"cpu:{n}", []), [sys.executable, "-c", _FAKE_CHILD], out=out, margin_s=margin_s)
     sup.start()
     for child in sup.children:  # wait for ready, so the SIGTERM handler is in place
@@ -333,3 +342,13 @@ def test_supervisor_two_cpu_workers_share_then_killed_child_reported_every_id_an
     assert re.search(rf"worker cpu0 \(pid {pids['cpu0']}\) exited: exit code 0", log)
     assert re.search(rf"worker cpu1 \(pid {pids['cpu1']}\) died while serving: killed by SIGKILL", log)
     print(f"supervisor: {sum(n - 1 for n in counts.values())} duplicate answers of {len(ids)}")
+
+
+def test_supervisor_json_logs_relayed_whole_without_prefix():
+    out = io.BytesIO()
+    settings = from_values({"kafka.gpus": "cpu:1", "log.format": "json"}).settings
+    sup = Supervisor(settings, parse_gpus("cpu:1", []), [sys.executable, "-c", 'print(\'{"message": "hi"}\')'],
+                     out=out)
+    sup.start()
+    sup.run()  # the stand-in exits by itself: reported as a death, which is not what this test is about
+    assert out.getvalue().splitlines() == [b'{"message": "hi"}']

@@ -42,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", help="tokenizer folder/.gguf (default: the model's / the embedded one)")
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--token-budget", type=int, default=8192, help="tokens per prefill bin (default 8192)")
+    parser.add_argument("--max-seqs-per-bin", type=int, default=64, help="sequences per bin (default 64)")
     parser.add_argument("--max-context", type=int, default=8192,
                         help="context of the model (default 8192, SmolLM2's; the tiny model gets it too)")
     parser.add_argument("--torch-threads", type=int, help="torch intra-op threads (default: torch's)")
@@ -116,19 +117,23 @@ def measure(args: argparse.Namespace, bootstrap: str) -> dict:
     from kafka import KafkaConsumer, TopicPartition
 
     from worker.kafka.loop import KafkaWorker
-    from worker.kafka.service import build_summarizer, load
-    from worker.kafka.settings import WorkerSettings
     from worker.produce import make_producer
+    from worker.runtime import budgets_for, build_summarizer, load_model
+    from worker.settings.load import from_values
 
     records = [r for r, _ in iter_generate(args.records, args.profile, args.seed)]
     inp, out, dlq = _create_topics(bootstrap, args.partitions)
-    settings = WorkerSettings(bootstrap_servers=bootstrap, input_topic=inp, output_topic=out, dlq_topic=dlq,
-                              group_id=f"bench-e2e-{uuid.uuid4().hex[:10]}", model=args.model,
-                              tokenizer=args.tokenizer, device="cpu", max_new_tokens=args.max_new_tokens,
-                              token_budget=args.token_budget, max_context=args.max_context)
+    values = {"kafka.bootstrap_servers": bootstrap, "kafka.input_topic": inp, "kafka.output_topic": out,
+              "kafka.dlq_topic": dlq, "kafka.group_id": f"bench-e2e-{uuid.uuid4().hex[:10]}",
+              "engine.model": args.model, "engine.tokenizer": args.tokenizer, "engine.device": "cpu",
+              "engine.max_new_tokens": args.max_new_tokens, "engine.token_budget": args.token_budget,
+              "engine.max_seqs_per_bin": args.max_seqs_per_bin,
+              "engine.max_context": args.max_context}
+    loaded_settings = from_values({k: v for k, v in values.items() if v is not None})
+    settings = loaded_settings.settings
     t = time.perf_counter()
-    loaded = load(settings)
-    summarizer = build_summarizer(settings, loaded)
+    loaded = load_model(settings.engine)
+    summarizer = build_summarizer(settings.engine, budgets_for(loaded_settings, loaded), loaded)
     summarizer.start()
     model_load_s = time.perf_counter() - t
     t = time.perf_counter()
@@ -136,7 +141,7 @@ def measure(args: argparse.Namespace, bootstrap: str) -> dict:
     warmup_s = time.perf_counter() - t
 
     timer = StageTimer()
-    worker = KafkaWorker(settings, summarizer, model_name=loaded.name)
+    worker = KafkaWorker(settings.kafka, summarizer, model_name=loaded.name)
     instrument(timer, summarizer, worker)
     joined = threading.Event()
     on_assigned = worker._on_assigned

@@ -164,15 +164,14 @@ def summarise(records: list[TelemetryRecord], model: str | None, device: str, ma
     import torch
 
     from worker.model import embedded_model_path, load_model
-    from worker.summarize import CPU_SEQS_PER_BIN, CPU_TOKEN_BUDGET, GPU_SEQS_PER_BIN, GPU_TOKEN_BUDGET
+    from worker.settings.budgets import device_defaults
     from worker.summarizer import Summarizer
 
     dev = torch.device(device)
-    on_gpu = dev.type == "cuda"
+    budgets = device_defaults(dev.type)  # what both commands use on this device
     loaded = load_model(model or embedded_model_path(), device=dev)
-    summarizer = Summarizer(loaded, token_budget=GPU_TOKEN_BUDGET if on_gpu else CPU_TOKEN_BUDGET,
-                            max_new_tokens=max_new_tokens,
-                            max_seqs_per_bin=GPU_SEQS_PER_BIN if on_gpu else CPU_SEQS_PER_BIN)
+    summarizer = Summarizer(loaded, token_budget=budgets["token_budget"], max_new_tokens=max_new_tokens,
+                            max_seqs_per_bin=budgets["max_seqs_per_bin"])
     summarizer.start()
     try:
         return loaded.name, list(summarizer.results_in_order(records))

@@ -1,5 +1,9 @@
 """`telesum worker`: load the model, start the summarizer, serve the Kafka loop until SIGTERM/SIGINT.
-With --gpus, supervise one such worker process per GPU instead (`supervisor.py`)."""
+With --gpus, supervise one such worker process per GPU instead (`supervisor.py`).
+
+Order of start-up: settings (fail fast, naming a bad one), logging, the HTTP port (so /readyz
+answers "not ready" while the model loads), the model and its budgets, the banner, the loop.
+"""
 
 from __future__ import annotations
 
@@ -8,50 +12,19 @@ import logging
 import signal
 import threading
 
-from worker.kafka import settings as settings_mod
 from worker.kafka import supervisor
-from worker.kafka.settings import SettingsError, WorkerSettings
 from worker.metrics import WorkerMetrics, gpu_label
+from worker.ops.health import Health, tcp_reachable
+from worker.ops.logs import configure_logging
+from worker.settings.fields import SettingsError
+from worker.settings.load import LoadedSettings, load_settings
+from worker.settings.load import add_arguments as add_setting_arguments
 
 log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    settings_mod.add_arguments(parser)
-
-
-def resolve_device(name: str):
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-def load(settings: WorkerSettings):
-    """The LoadedModel that `settings.model` names: 'embedded', 'tiny' (random weights) or a path."""
-    from worker.model.config import ModelConfig
-    from worker.model.loader import embedded_model_path, load_model, random_model
-    from worker.model.tokenizer import load_tokenizer
-
-    device = resolve_device(settings.device)
-    if settings.model == "tiny":
-        # Random weights for tests and speed runs; the tokenizer decides the vocabulary.
-        tok = load_tokenizer(settings.tokenizer or embedded_model_path())
-        cfg = ModelConfig.tiny(vocab_size=len(tok), max_position_embeddings=settings.max_context or 2048,
-                               bos_token_id=tok.bos_token_id, eos_token_ids=(tok.eos_token_id,))
-        loaded = random_model(cfg, device=device, name="tiny-random")
-        loaded.tokenizer = tok
-        return loaded
-    source = embedded_model_path() if settings.model == "embedded" else settings.model
-    return load_model(source, device=device, tokenizer=settings.tokenizer or True)
-
-
-def build_summarizer(settings: WorkerSettings, loaded):
-    from worker.summarizer import Summarizer
-
-    return Summarizer(loaded, token_budget=settings.token_budget, max_new_tokens=settings.max_new_tokens,
-                      max_context=settings.max_context)
+    add_setting_arguments(parser)
 
 
 def install_signal_handlers(stop: threading.Event) -> None:
@@ -67,42 +40,99 @@ def install_signal_handlers(stop: threading.Event) -> None:
     signal.signal(signal.SIGINT, handler)
 
 
-def start_metrics(settings: WorkerSettings, device) -> WorkerMetrics:
-    """This process's metrics, labelled by GPU and worker id; served when settings.metrics_port > 0."""
-    metrics = WorkerMetrics(gpu_label(device), settings.worker_name)
-    if settings.metrics_port:
-        metrics.serve(settings.metrics_port)
-        log.info("metrics: http://0.0.0.0:%d/metrics (gpu=%s, worker=%s)", settings.metrics_port,
-                 metrics.labels["gpu"], metrics.labels["worker"])
-    return metrics
+class _Ops:
+    """This process's metrics, health, status page and their HTTP server."""
+
+    def __init__(self, loaded: LoadedSettings, stop: threading.Event) -> None:
+        s = loaded.settings
+        self.loaded = loaded
+        self.health = Health(lambda: tcp_reachable(s.kafka.bootstrap_servers),
+                             stall_after_s=s.kafka.max_poll_interval_ms / 1000, draining=stop.is_set)
+        self.metrics: WorkerMetrics | None = None
+        self.board = None
+        self.server = None
+
+    def start_http(self, device_label: str) -> None:
+        from worker.ops.server import OpsServer
+
+        s = self.loaded.settings
+        self.metrics = WorkerMetrics(device_label, s.kafka.worker_name)
+        if not s.http.metrics_port:
+            return
+        self.server = OpsServer(self.metrics.registry, health=self.health, token=s.http.status_token)
+        port = self.server.start(s.http.metrics_port, s.http.bind_address)
+        log.info("http: http://%s:%d/ (/metrics /healthz /readyz%s; gpu=%s, worker=%s)", s.http.bind_address, port,
+                 " /status" if s.http.status_page else "", device_label, s.kafka.worker_name)
+
+    def start_status(self, about: dict) -> None:
+        from worker.ops.status import StatusBoard
+        from worker.settings.show import settings_rows
+
+        if self.server is not None and self.loaded.settings.http.status_page:
+            self.board = StatusBoard(self.metrics, about, settings_rows(self.loaded), self.health.readiness)
+            self.server.status = self.board
+
+    def observe_loop(self, worker) -> None:
+        self.metrics.observe_loop(worker)
+        self.health.observe_loop(worker)
+        if self.board is not None:
+            self.board.observe_loop(worker)
+
+
+def _device_label(engine) -> str:
+    """The `gpu` label before the model is loaded (CUDA_VISIBLE_DEVICES decides it for a GPU)."""
+    from worker.runtime import resolve_device
+
+    return gpu_label(resolve_device(engine.device))
 
 
 def run(args: argparse.Namespace) -> int:
     from worker.kafka.loop import KafkaWorker
+    from worker.runtime import banner, budgets_for, build_summarizer, load_model
 
     try:
-        settings = WorkerSettings.from_sources(args)
-        if settings.gpus and settings.gpus.strip():
-            return supervisor.run_supervised(settings, verbose=getattr(args, "verbose", False))
+        loaded_settings = load_settings(args)
     except SettingsError as exc:  # an operator's mistake: the message, not a traceback
         log.error("%s", exc)
         return 2
-    if not getattr(args, "verbose", False):  # kafka-python logs every connection at INFO
-        logging.getLogger("kafka").setLevel(logging.WARNING)
+    settings = loaded_settings.settings
+    configure_logging(settings.log, worker=settings.kafka.worker_name)
+    try:
+        if settings.kafka.gpus and settings.kafka.gpus.strip():
+            return supervisor.run_supervised(settings, verbose=settings.log.level == "debug")
+    except SettingsError as exc:
+        log.error("%s", exc)
+        return 2
     supervisor.follow_supervisor()
     stop = threading.Event()
     install_signal_handlers(stop)
-    loaded = load(settings)
-    metrics = start_metrics(settings, next(loaded.model.parameters()).device)
-    summarizer = build_summarizer(settings, loaded)
+    ops = _Ops(loaded_settings, stop)
+    ops.start_http(_device_label(settings.engine))
+    try:
+        loaded = load_model(settings.engine)
+    except (FileNotFoundError, ValueError) as exc:  # a wrong --model: say so, no traceback
+        log.error("engine.model (--model, TELESUM_MODEL) %r: %s", settings.engine.model, exc)
+        return 2
+    budgets = budgets_for(loaded_settings, loaded)
+    summarizer = build_summarizer(settings.engine, budgets, loaded)
     summarizer.start()
-    log.info("worker %s: %s -> %s (dead letters: %s), group %s, model %s", settings.worker_name,
-             settings.input_topic, settings.output_topic, settings.dlq_topic, settings.group_id, loaded.name)
-    worker = KafkaWorker(settings, metrics.watch_summarizer(summarizer), model_name=loaded.name,
-                         observer=metrics.observe_loop)
+    k = settings.kafka
+    banner("worker", loaded, budgets, summarizer, worker=k.worker_name, input_topic=k.input_topic,
+           output_topic=k.output_topic, dlq_topic=k.dlq_topic, group_id=k.group_id)
+    device = next(loaded.model.parameters()).device
+    ops.start_status({"worker": k.worker_name, "model": loaded.name, "device": str(device),
+                      "attention_backend": getattr(loaded.model.backend, "name", "unknown"),
+                      "budgets": budgets.describe(), "group": k.group_id,
+                      "topics": f"{k.input_topic} -> {k.output_topic} (dead letters {k.dlq_topic})"})
+    ops.health.set_model_loaded()
+    listeners = (ops.board.observe_results,) if ops.board is not None else ()
+    worker = KafkaWorker(k, ops.metrics.watch_summarizer(summarizer, *listeners), model_name=loaded.name,
+                         observer=ops.observe_loop)
     try:
         stats = worker.run(stop)
     finally:
         summarizer.close(drain=False, timeout=5.0)
+        if ops.server is not None:
+            ops.server.close()
     log.info("worker stopped: %s", stats)
     return 0 if stats.drained_cleanly else 3

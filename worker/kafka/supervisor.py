@@ -21,7 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from worker.kafka.settings import SettingsError, WorkerSettings, environment_names
+from worker.settings.fields import SettingsError
+from worker.settings.load import CONFIG_ENV, environment_names, to_environment
+from worker.settings.sections import Settings
 
 log = logging.getLogger(__name__)
 
@@ -98,17 +100,19 @@ def _positive_int(text: str, spec: str) -> int:
     return int(text)
 
 
-def child_environment(settings: WorkerSettings, slot: Slot, base: dict[str, str]) -> dict[str, str]:
-    """The environment of `slot`'s child: `base` without any setting, then the settings of one
-    unsupervised worker on that slot's device, worker id `<worker>-<slot>`, metrics port base + index."""
-    if settings.device not in ("auto", slot.device):
-        raise SettingsError(f"--device {settings.device!r} conflicts with {_GPUS} {settings.gpus!r}: "
+def child_environment(settings: Settings, slot: Slot, base: dict[str, str]) -> dict[str, str]:
+    """The environment of `slot`'s child: `base` without any setting (or config file), then every
+    setting of one unsupervised worker on that slot's device, worker id `<worker>-<slot>`, metrics
+    port base + index."""
+    device, kafka, port = settings.engine.device, settings.kafka, settings.http.metrics_port
+    if device not in ("auto", slot.device):
+        raise SettingsError(f"--device {device!r} conflicts with {_GPUS} {kafka.gpus!r}: "
                             "each child's device comes from --gpus; leave --device at 'auto'")
-    env = {k: v for k, v in base.items() if k not in environment_names()}
-    env.update(settings.to_environment())
+    env = {k: v for k, v in base.items() if k not in environment_names() and k != CONFIG_ENV}
+    env.update(to_environment(settings))
     env.pop("TELESUM_GPUS", None)  # a child is one worker, never a supervisor
-    env.update({"TELESUM_DEVICE": slot.device, "TELESUM_WORKER_ID": f"{settings.worker_name}-{slot.name}",
-                "TELESUM_METRICS_PORT": str(settings.metrics_port + slot.index if settings.metrics_port else 0),
+    env.update({"TELESUM_DEVICE": slot.device, "TELESUM_WORKER_ID": f"{kafka.worker_name}-{slot.name}",
+                "TELESUM_METRICS_PORT": str(port + slot.index if port else 0),
                 "CUDA_VISIBLE_DEVICES": slot.visible_devices, SUPERVISOR_PID_ENV: str(os.getpid())})
     return env
 
@@ -125,10 +129,11 @@ class _Child:
 class Supervisor:
     """Runs one child per slot until they have all exited. `run()` from the main thread."""
 
-    def __init__(self, settings: WorkerSettings, slots: Sequence[Slot], child_argv: Sequence[str],
+    def __init__(self, settings: Settings, slots: Sequence[Slot], child_argv: Sequence[str],
                  out: BinaryIO | None = None, margin_s: float = DRAIN_MARGIN_S) -> None:
-        if settings.metrics_port and settings.metrics_port + len(slots) - 1 > 65535:
-            raise SettingsError(f"metrics ports {settings.metrics_port}..+{len(slots) - 1} exceed 65535")
+        port = settings.http.metrics_port
+        if port and port + len(slots) - 1 > 65535:
+            raise SettingsError(f"metrics ports {port}..+{len(slots) - 1} exceed 65535")
         self.settings = settings
         self.slots = list(slots)
         self.child_argv = list(child_argv)
@@ -142,7 +147,8 @@ class Supervisor:
         self._relays: list[threading.Thread] = []
 
     def start(self) -> None:
-        """Start every child; their output goes to `out`, each line prefixed with the slot name."""
+        """Start every child; their output goes to `out`, each line prefixed with the slot name
+        (JSON log lines stay whole: their `worker` field names the child)."""
         for slot, env in zip(self.slots, self._envs):
             proc = subprocess.Popen(self.child_argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     start_new_session=True)
@@ -175,7 +181,7 @@ class Supervisor:
             if not living:
                 break
             if self._signals and deadline is None:
-                deadline = time.monotonic() + self.settings.drain_timeout_s + self.margin_s
+                deadline = time.monotonic() + self.settings.kafka.drain_timeout_s + self.margin_s
                 log.info("supervisor: %s forwarded to %d workers; waiting up to %.0fs for them to drain",
                          signal.Signals(self._signals[0]).name, len(living), deadline - time.monotonic())
             if deadline is not None and time.monotonic() > deadline:
@@ -216,7 +222,7 @@ class Supervisor:
         return 1
 
     def _relay(self, name: str, stream: BinaryIO) -> None:
-        prefix = f"[{name}] ".encode()
+        prefix = b"" if self.settings.log.format == "json" else f"[{name}] ".encode()
         broken = False
         for line in iter(stream.readline, b""):
             if broken:
@@ -242,9 +248,9 @@ def describe_exit(returncode: int | None) -> str:
     return f"exit code {returncode}"
 
 
-def run_supervised(settings: WorkerSettings, verbose: bool = False) -> int:
+def run_supervised(settings: Settings, verbose: bool = False) -> int:
     """`telesum worker --gpus ...`: start the set, forward SIGTERM/SIGINT, return the set's exit code."""
-    spec = settings.gpus or ""
+    spec = settings.kafka.gpus or ""
     slots = parse_gpus(spec, [] if spec.strip().lower().startswith("cpu:") else visible_gpus())
     argv = [sys.executable, "-m", "worker.cli", *(["-v"] if verbose else []), "worker"]
     supervisor = Supervisor(settings, slots, argv)

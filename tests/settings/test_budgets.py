@@ -1,0 +1,42 @@
+"""Budgets in force: the operator's value, else the probe's, else the device default."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from worker.settings.budgets import (CPU_MAX_SEQS_PER_BIN, CPU_TOKEN_BUDGET, GPU_MAX_SEQS_PER_BIN, GPU_TOKEN_BUDGET,
+                                     resolve_budgets)
+from worker.settings.load import from_values, load_settings
+
+
+@dataclass(frozen=True)
+class _Probed:
+    token_budget: int = 40000
+    kv_rows: int = 300000
+    max_seqs_per_bin: int = 700
+
+
+def test_budgets_gpu_default_is_the_offline_configuration():
+    b = resolve_budgets(load_settings(None, {}), "cuda")
+    assert (b.token_budget, b.max_seqs_per_bin, b.kv_rows) == (GPU_TOKEN_BUDGET, GPU_MAX_SEQS_PER_BIN, None)
+    assert (GPU_TOKEN_BUDGET, GPU_MAX_SEQS_PER_BIN) == (65536, 1024)
+    assert b.sources["token_budget"] == "default for cuda"
+
+
+def test_budgets_cpu_default():
+    b = resolve_budgets(load_settings(None, {}), "cpu")
+    assert (b.token_budget, b.max_seqs_per_bin) == (CPU_TOKEN_BUDGET, CPU_MAX_SEQS_PER_BIN)
+
+
+def test_budgets_probe_fills_only_what_the_operator_left_unset():
+    b = resolve_budgets(load_settings(None, {"TELESUM_TOKEN_BUDGET": "8192"}), "cuda", _Probed())
+    assert (b.token_budget, b.max_seqs_per_bin, b.kv_rows) == (8192, 700, 300000)
+    assert b.sources == {"token_budget": "env TELESUM_TOKEN_BUDGET", "max_seqs_per_bin": "probe",
+                         "kv_rows": "probe"}
+    assert "token_budget=8192 (env TELESUM_TOKEN_BUDGET)" in b.describe()
+
+
+def test_budgets_same_for_both_commands_settings():
+    worker = resolve_budgets(from_values({"kafka.input_topic": "t"}), "cuda")
+    offline = resolve_budgets(from_values({}), "cuda")
+    assert (worker.token_budget, worker.max_seqs_per_bin) == (offline.token_budget, offline.max_seqs_per_bin)

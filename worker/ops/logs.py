@@ -1,0 +1,50 @@
+"""Logging set up from the `[log]` settings: text lines, or one JSON object per line."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+
+import msgspec
+
+from worker.settings.sections import LogSettings
+
+# LogRecord attributes that are not a caller's `extra=` fields.
+_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName"}
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class JsonFormatter(logging.Formatter):
+    """{"ts", "level", "logger", "message", then any `extra=` fields, "exc" for a traceback}."""
+
+    def __init__(self, static: dict[str, str] | None = None) -> None:
+        super().__init__()
+        self.static = static or {}
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+                     + f".{int(record.msecs):03d}Z",
+               "level": record.levelname.lower(), "logger": record.name, "message": record.getMessage(),
+               **self.static}
+        for key, value in vars(record).items():
+            if key not in _STANDARD and not key.startswith("_"):
+                out[key] = value
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return msgspec.json.encode(out, enc_hook=str).decode()
+
+
+def configure_logging(settings: LogSettings, **static: str) -> None:
+    """Replace the root handler: level and format from `settings`; `static` fields (e.g. worker)
+    go on every JSON line. kafka-python's per-connection INFO lines show only at debug, its own
+    debug lines never (they would drown the worker's)."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):  # basicConfig's handler or ours; others (e.g. a test's) stay
+        if type(handler) is logging.StreamHandler:
+            root.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter(static) if settings.format == "json" else logging.Formatter(TEXT_FORMAT))
+    root.addHandler(handler)
+    root.setLevel(settings.level.upper())
+    logging.getLogger("kafka").setLevel(logging.INFO if settings.level == "debug" else logging.WARNING)

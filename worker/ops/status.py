@@ -1,0 +1,97 @@
+"""What the live status page shows, as one JSON-ready snapshot.
+
+Fed from the poll-loop thread (`observe_loop`, `observe_results`), read by the HTTP threads
+(`snapshot`). Everything taken from records (ids, summaries, facts, dead-letter reasons) is data
+here, never markup: the page inserts it with `textContent` only.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Callable, Hashable
+
+import msgspec
+
+from worker.messages import Summary
+
+# The page shows this many of the latest summaries.
+LATEST = 20
+# records/s is measured over about this window (long enough for bursts of slow CPU batches).
+_RATE_WINDOW_S = 30.0
+_SUMMARY_CHARS = 2000  # a summary is short; a runaway one is cut on the page, not in the topic
+
+
+class StatusBoard:
+    """Thread-safe: feeds from the loop thread, snapshots from any thread."""
+
+    def __init__(self, metrics, about: dict, settings_rows: list[dict],
+                 readiness: Callable[[], tuple[bool, dict]] | None = None) -> None:
+        self.metrics = metrics
+        self.about = dict(about)              # worker, model, device, backend, budgets: fixed at start
+        self.settings_rows = settings_rows    # effective settings, secrets already masked
+        self.readiness = readiness
+        self.started = time.time()
+        self._lock = threading.Lock()  # protects _latest, _answered, _stats
+        self._latest: collections.deque[dict] = collections.deque(maxlen=LATEST)
+        self._answered: collections.deque[tuple[float, int]] = collections.deque()  # (t, summaries + dlq)
+        self._stats: dict = {}
+
+    def observe_loop(self, worker) -> None:
+        """The KafkaWorker observer hook. Only from the loop thread."""
+        s = worker.stats
+        now = time.monotonic()
+        with self._lock:
+            self._stats = {"consumed": s.consumed, "summaries": s.summaries, "dead_letters": s.dead_letters,
+                           "commits": s.commits, "reasons": dict(s.reasons),
+                           "in_flight": worker.pending[1], "backlog": worker.pending[0]}
+            answered = s.summaries + s.dead_letters
+            if not self._answered or self._answered[-1][1] != answered or now - self._answered[-1][0] > 1.0:
+                self._answered.append((now, answered))
+            while len(self._answered) > 2 and now - self._answered[1][0] > _RATE_WINDOW_S:
+                self._answered.popleft()
+
+    def observe_results(self, results: list[tuple[Hashable, Summary | Exception]]) -> None:
+        """Finished summaries (a MeteredSummarizer listener). Only from the loop thread."""
+        rows = [_summary_row(r) for _, r in results if isinstance(r, Summary)]
+        with self._lock:
+            self._latest.extendleft(rows)
+
+    def snapshot(self) -> dict:
+        now = time.monotonic()
+        with self._lock:
+            stats = dict(self._stats)
+            latest = list(self._latest)
+            rate = 0.0
+            if len(self._answered) >= 2:
+                (t0, n0), (t1, n1) = self._answered[0], self._answered[-1]
+                span = max(now - t0, t1 - t0)
+                rate = (n1 - n0) / span if span > 0 else 0.0
+        registry, labels = self.metrics.registry, self.metrics.labels
+        gauge = lambda name: registry.get_sample_value(name, labels)  # noqa: E731
+        partitions = [{"topic": topic, "partition": partition, **state}
+                      for (topic, partition), state in sorted(self.metrics.partitions.items())]
+        out = {"about": self.about, "uptime_s": round(time.time() - self.started, 1),
+               "records_per_s": round(rate, 2), "stats": stats,
+               "engine": {"bin_fill_ratio": gauge("telesum_bin_fill_ratio"),
+                          "engine_busy_ratio": gauge("telesum_engine_busy_ratio"),
+                          "engine_sequences": gauge("telesum_engine_sequences"),
+                          "queue_tokens": gauge("telesum_summarizer_queue_tokens"),
+                          "bins": registry.get_sample_value("telesum_bins_total", labels)},
+               "partitions": partitions, "dead_letters": stats.get("reasons", {}), "latest": latest,
+               "settings": self.settings_rows}
+        if self.readiness is not None:
+            out["ready"] = self.readiness()[1]
+        return out
+
+    def snapshot_json(self) -> bytes:
+        return msgspec.json.encode(self.snapshot())
+
+
+def _summary_row(s: Summary) -> dict:
+    return {"id": s.id, "summary": s.summary[:_SUMMARY_CHARS], "model": s.model,
+            "facts": msgspec.to_builtins(s.facts) if s.facts is not None else None,
+            "prompt_tokens": s.prompt_tokens, "output_tokens": s.output_tokens,
+            "hierarchical": s.hierarchical, "total_s": round(s.timings.total_s, 3) if s.timings else None,
+            "at": time.strftime("%H:%M:%S")}

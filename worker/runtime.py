@@ -1,0 +1,124 @@
+"""From the `[engine]` settings to a running Summarizer, the same way for `telesum worker` and
+`telesum summarize`: device, model, budgets (operator > probe > device default), dispatcher, banner."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from worker.settings.budgets import Budgets, Probed, resolve_budgets
+from worker.settings.load import LoadedSettings
+from worker.settings.sections import EngineSettings
+
+log = logging.getLogger(__name__)
+bin_log = logging.getLogger("worker.bins")
+
+
+def resolve_device(name: str):
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def load_model(engine: EngineSettings):
+    """The LoadedModel that `engine.model` names: 'embedded', 'tiny' (random weights) or a path."""
+    import worker.model
+    from worker.model.config import ModelConfig
+    from worker.model.loader import embedded_model_path, random_model
+    from worker.model.tokenizer import load_tokenizer
+
+    device = resolve_device(engine.device)
+    if engine.model == "tiny":
+        # Random weights for tests and speed runs; the tokenizer decides the vocabulary.
+        tok = load_tokenizer(engine.tokenizer or embedded_model_path())
+        cfg = ModelConfig.tiny(vocab_size=len(tok), max_position_embeddings=engine.max_context or 2048,
+                               bos_token_id=tok.bos_token_id, eos_token_ids=(tok.eos_token_id,))
+        loaded = random_model(cfg, device=device, name="tiny-random", backend=engine.backend)
+        loaded.tokenizer = tok
+        return loaded
+    source = embedded_model_path() if engine.model == "embedded" else engine.model
+    return worker.model.load_model(source, device=device, backend=engine.backend,
+                                   tokenizer=engine.tokenizer or True)
+
+
+def probe_budgets(loaded, device) -> Probed | None:
+    """The run-time probe's budgets for this (model, device), or None where none is available.
+
+    This is the one place the Phase 0 probe plugs in: return its result (bin tokens, KV rows,
+    sequences per bin) and every budget the operator left unset takes it, in both commands.
+    """
+    return None
+
+
+def budgets_for(loaded_settings: LoadedSettings, loaded) -> Budgets:
+    device = next(loaded.model.parameters()).device
+    return resolve_budgets(loaded_settings, device.type, probe_budgets(loaded, device))
+
+
+class ObservedDispatcher:
+    """A BinDispatcher that calls `on_bin(bin)` for every bin it hands out (the engine is unchanged:
+    it sees the same interface). Thread-safe as the inner dispatcher; `on_bin` runs on the GPU loop."""
+
+    def __init__(self, inner, on_bin: Callable[[Any], None]) -> None:
+        self._inner = inner
+        self._on_bin = on_bin
+
+    def next_bin(self, timeout):
+        packed = self._inner.next_bin(timeout)
+        if packed is not None:
+            self._on_bin(packed)
+        return packed
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+
+def log_bin(token_budget: int) -> Callable[[Any], None]:
+    """The per-bin debug line: sequences, tokens, real tokens and fill of the bin's budget."""
+
+    def on_bin(packed) -> None:
+        tokens = int(packed.input_ids.shape[0])
+        bin_log.debug("bin slot=%d seqs=%d tokens=%d real=%d fill=%.3f", packed.slot,
+                      int(packed.seq_ids.shape[0]), tokens, packed.num_real_tokens,
+                      packed.num_real_tokens / token_budget,
+                      extra={"bin_seqs": int(packed.seq_ids.shape[0]), "bin_tokens": tokens,
+                             "bin_real_tokens": packed.num_real_tokens})
+    return on_bin
+
+
+def build_summarizer(engine: EngineSettings, budgets: Budgets, loaded, dispatcher=None):
+    """The Summarizer both commands run, with the budgets in force and the engine's sampling.
+    With debug logging on, its dispatcher logs one line per bin."""
+    from worker.summarizer import Summarizer, default_sampling
+
+    if dispatcher is None and bin_log.isEnabledFor(logging.DEBUG):
+        from worker.dispatch import BinDispatcher
+
+        inner = BinDispatcher(budgets.token_budget, max_seqs_per_bin=budgets.max_seqs_per_bin,
+                              pad_id=loaded.tokenizer.pad_token_id or 0)
+        dispatcher = ObservedDispatcher(inner, log_bin(budgets.token_budget))
+    return Summarizer(loaded, token_budget=budgets.token_budget, max_new_tokens=engine.max_new_tokens,
+                      kv_capacity_rows=budgets.kv_rows, max_seqs_per_bin=budgets.max_seqs_per_bin,
+                      max_context=engine.max_context, seed=engine.seed, dispatcher=dispatcher,
+                      sampling=default_sampling(engine.max_new_tokens, engine.temperature, engine.top_p))
+
+
+def banner(command: str, loaded, budgets: Budgets, summarizer=None, **extra: Any) -> None:
+    """One INFO line at start-up: model, device, dtype, attention backend and the budgets in force
+    with where each came from."""
+    backend = getattr(getattr(loaded.model, "backend", None), "name", "unknown")
+    device = next(loaded.model.parameters()).device
+    dtype = str(next(loaded.model.parameters()).dtype).replace("torch.", "")
+    arena = getattr(getattr(summarizer, "arena", None), "capacity_rows", None)
+    kv = budgets.describe()
+    if arena is not None and budgets.kv_rows is None:
+        kv = kv.replace("kv_rows=auto", f"kv_rows={arena}")
+    fields = {"command": command, "model": loaded.name, "device": str(device), "dtype": dtype,
+              "attention_backend": backend, "token_budget": budgets.token_budget,
+              "max_seqs_per_bin": budgets.max_seqs_per_bin, "kv_rows": arena or budgets.kv_rows,
+              "budget_sources": budgets.sources, **extra}
+    log.info("telesum %s: model %s on %s (%s), attention %s; budgets: %s", command, loaded.name, device, dtype,
+             backend, kv, extra={"banner": fields})

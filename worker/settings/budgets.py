@@ -1,0 +1,73 @@
+"""The engine's budgets in force: what the operator set, else what the probe found, else the device's default.
+
+`telesum worker` and `telesum summarize` both call `resolve_budgets` once the device is known; the
+start-up banner prints each budget with the `source` recorded here. The settings object itself is
+never changed: a value discovered at run time is returned, not written back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from worker.settings.load import LoadedSettings
+
+# Measured on an H200 with the SmolLM2-135M shape: 65,536-token bins of up to 1,024 sequences
+# served ~100 records/s where 8,192 / 64 served 13 (NOTES.md).
+GPU_TOKEN_BUDGET = 65536
+GPU_MAX_SEQS_PER_BIN = 1024
+# CPU prefill of more tokens per pass gains nothing; few sequences keep each CPU step short.
+CPU_TOKEN_BUDGET = 2048
+CPU_MAX_SEQS_PER_BIN = 16
+
+BUDGETS = ("token_budget", "max_seqs_per_bin", "kv_rows")
+
+
+class Probed(Protocol):
+    """What a run-time probe reports for one (model, device): the largest safe budgets."""
+
+    token_budget: int
+    kv_rows: int
+    max_seqs_per_bin: int
+
+
+@dataclass(frozen=True)
+class Budgets:
+    token_budget: int
+    max_seqs_per_bin: int
+    kv_rows: int | None            # None: the Summarizer sizes the arena (two full bins, >= one context)
+    sources: dict[str, str]        # budget name -> "env TELESUM_TOKEN_BUDGET" | "probe" | "default for cuda" | ...
+
+    def describe(self) -> str:
+        """'token_budget=65536 (default for cuda), max_seqs_per_bin=1024 (...), kv_rows=auto (...)'."""
+        return ", ".join(f"{name}={getattr(self, name) if getattr(self, name) is not None else 'auto'} "
+                         f"({self.sources[name]})" for name in BUDGETS)
+
+
+def device_defaults(device_type: str) -> dict[str, int | None]:
+    if device_type == "cuda":
+        return {"token_budget": GPU_TOKEN_BUDGET, "max_seqs_per_bin": GPU_MAX_SEQS_PER_BIN, "kv_rows": None}
+    return {"token_budget": CPU_TOKEN_BUDGET, "max_seqs_per_bin": CPU_MAX_SEQS_PER_BIN, "kv_rows": None}
+
+
+def resolve_budgets(loaded: LoadedSettings, device_type: str, probed: Probed | None = None) -> Budgets:
+    """Per budget: the operator's value (flag/env/file), else the probe's, else the device default.
+
+    `probed` is the run-time probe's result for this (model, device), or None where no probe ran;
+    it replaces only the budgets the operator left unset.
+    """
+    engine = loaded.settings.engine
+    defaults = device_defaults(device_type)
+    values: dict[str, int | None] = {}
+    sources: dict[str, str] = {}
+    for name in BUDGETS:
+        path = f"engine.{name}"
+        if loaded.is_set(path):
+            values[name], sources[name] = getattr(engine, name), loaded.source(path)
+        elif probed is not None:
+            values[name], sources[name] = getattr(probed, name), "probe"
+        else:
+            values[name] = defaults[name]
+            sources[name] = (f"default for {device_type}" if defaults[name] is not None
+                             else "derived: two full bins, at least one context")
+    return Budgets(values["token_budget"], values["max_seqs_per_bin"], values["kv_rows"], sources)

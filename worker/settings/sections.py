@@ -1,0 +1,82 @@
+"""The settings type: `Settings` with one Struct per section, every field a `opt(...)` declaration.
+
+`[engine]` is the one model/engine/GPU section that `telesum worker` and `telesum summarize` share,
+so the same model packs the same way in both. Budgets left unset (None) are "auto": the probe's
+figures when it has them for the device, else the device defaults in `budgets.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+from worker.kafka.settings import WorkerSettings
+from worker.settings.fields import FieldSpec, MaskedRepr, opt, section_fields
+
+_Struct = dict(frozen=True, kw_only=True, forbid_unknown_fields=True)
+PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
+
+
+class EngineSettings(MaskedRepr, msgspec.Struct, **_Struct):
+    """The model, the device and how the engine packs and generates."""
+
+    model: Annotated[str, opt("TELESUM_MODEL", "'embedded' (SmolLM2-135M), 'tiny' (random weights, for tests), "
+                                               "a .gguf file or a Hugging Face folder", pattern=r"\S")] = "embedded"
+    tokenizer: Annotated[str | None, opt("TELESUM_TOKENIZER", "tokenizer folder/.gguf (default: the model's)")] = None
+    device: Annotated[str, opt("TELESUM_DEVICE", "'auto' (cuda when available), 'cpu', 'cuda', 'cuda:N'",
+                               pattern=r"^(auto|cpu|cuda(:\d+)?)$")] = "auto"
+    backend: Annotated[Literal["flash_attn", "torch_fa2", "sdpa"] | None,
+                       opt("TELESUM_BACKEND", "attention backend (default: the fastest available)")] = None
+    token_budget: Annotated[PositiveInt | None, opt("TELESUM_TOKEN_BUDGET",
+                                                    "tokens per packed prefill bin (auto: probe, else 65536 "
+                                                    "on a GPU, 2048 on CPU)")] = None
+    max_seqs_per_bin: Annotated[PositiveInt | None, opt("TELESUM_MAX_SEQS_PER_BIN",
+                                                        "sequences per packed bin (auto: probe, else 1024 on a "
+                                                        "GPU, 16 on CPU)")] = None
+    kv_rows: Annotated[PositiveInt | None, opt("TELESUM_KV_ROWS", "KV arena rows (auto: probe, else two full "
+                                                                  "bins and at least one context)")] = None
+    max_new_tokens: Annotated[int, opt("TELESUM_MAX_NEW_TOKENS", "summary length limit in tokens", gt=0)] = 128
+    max_context: Annotated[PositiveInt | None, opt("TELESUM_MAX_CONTEXT",
+                                                   "context limit (default: the model's)")] = None
+    temperature: Annotated[float, opt("TELESUM_TEMPERATURE", "sampling temperature, 0 = greedy", ge=0)] = 0.0
+    top_p: Annotated[float, opt("TELESUM_TOP_P", "nucleus sampling mass", gt=0, le=1)] = 1.0
+    seed: Annotated[int, opt("TELESUM_SEED", "sampling seed", ge=0)] = 0
+
+
+class HttpSettings(MaskedRepr, msgspec.Struct, **_Struct):
+    """The worker's HTTP port: /metrics, /healthz, /readyz and the status page."""
+
+    metrics_port: Annotated[int, opt("TELESUM_METRICS_PORT", "serve /metrics, /healthz, /readyz and /status on "
+                                                             "this port, 0 = off; with --gpus, child i uses "
+                                                             "port + i", ge=0, le=65535)] = 0
+    bind_address: Annotated[str, opt("TELESUM_BIND_ADDRESS", "address the HTTP port binds to "
+                                                             "(127.0.0.1: this host only)", pattern=r"\S")] = "0.0.0.0"
+    status_page: Annotated[bool, opt("TELESUM_STATUS_PAGE", "serve the live status page at /status")] = True
+    status_token: Annotated[str | None, opt("TELESUM_STATUS_TOKEN", "bearer token the status page's data "
+                                                                    "requires (unset: none)", secret=True)] = None
+
+
+class LogSettings(MaskedRepr, msgspec.Struct, **_Struct):
+    format: Annotated[Literal["text", "json"], opt("TELESUM_LOG_FORMAT", "log lines as text or JSON",
+                                                   flag="log-format")] = "text"
+    level: Annotated[Literal["debug", "info", "warning", "error"],
+                     opt("TELESUM_LOG_LEVEL", "log level (debug adds one line per packed bin)",
+                         flag="log-level")] = "info"
+
+
+class Settings(msgspec.Struct, **_Struct):
+    engine: EngineSettings = msgspec.field(default_factory=EngineSettings)
+    kafka: WorkerSettings = msgspec.field(default_factory=WorkerSettings)
+    http: HttpSettings = msgspec.field(default_factory=HttpSettings)
+    log: LogSettings = msgspec.field(default_factory=LogSettings)
+
+
+SECTIONS: dict[str, type[msgspec.Struct]] = {"engine": EngineSettings, "kafka": WorkerSettings,
+                                             "http": HttpSettings, "log": LogSettings}
+
+
+def all_fields(sections: tuple[str, ...] | None = None) -> list[FieldSpec]:
+    """Every setting (of the named sections), in order."""
+    return [f for name, cls in SECTIONS.items() if sections is None or name in sections
+            for f in section_fields(name, cls)]
