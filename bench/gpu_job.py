@@ -39,8 +39,9 @@ NEW_TOKENS = 64
 SHAPES = {"smollm2": ("SmolLM2-135M shape", SMOLLM2_135M), "qwen7b": ("Qwen2.5-7B shape", QWEN25_7B)}
 # Records per run: enough for tens of seconds of steady state at the expected rates.
 COUNTS = {("smollm2", "short"): 6000, ("smollm2", "mixed"): 2000,
-          ("qwen7b", "short"): 900, ("qwen7b", "mixed"): 300}
-HF_PROMPTS = {"smollm2": 128, "qwen7b": 64}
+          ("qwen7b", "short"): 600, ("qwen7b", "mixed"): 300}
+HF_PROMPTS = {"smollm2": 96, "qwen7b": 64}
+HF_BATCHES = (32, 64)  # 16 measured slower than 32 for both shapes (issue 9's baseline run)
 
 
 def build_loaded(shape: str, tokenizer):
@@ -95,6 +96,8 @@ def summarizer_run(loaded, records, *, sampling: str, worker_config: bool, profi
             out_tokens += result.output_tokens
         dt = sync_time() - t0
     stats = summarizer.dispatcher.stats()
+    budgets = getattr(summarizer, "worker_budgets", None)
+    kv_rows = summarizer.arena.capacity_rows
     summarizer.close(drain=False)
     if profs:
         text = io.StringIO()
@@ -110,23 +113,32 @@ def summarizer_run(loaded, records, *, sampling: str, worker_config: bool, profi
             "gpu_busy": busy.busy_fraction(), "p50_s": lat[len(lat) // 2] if lat else None,
             "p99_s": lat[int(0.99 * (len(lat) - 1))] if lat else None,
             "output_tok_per_s": out_tokens / dt, "mean_output_tokens": out_tokens / max(1, len(lat)),
-            "bin_fill": stats.get("fill_ratio"), "bins": stats.get("bins")}
+            "bin_fill": stats.get("fill_ratio"), "bins": stats.get("bins"), "kv_rows": kv_rows,
+            **({"budgets": budgets} if budgets else {})}
 
 
 def worker_summarizer(loaded, params):
-    """The Summarizer exactly as `telesum worker` builds it from its default settings."""
-    from worker.kafka.service import build_summarizer
-    from worker.kafka.settings import WorkerSettings
+    """The Summarizer exactly as `telesum worker` builds it from its default settings on this GPU
+    (budgets from the probe, as the command resolves them)."""
+    from worker.runtime import budgets_for, build_summarizer
+    from worker.settings.load import from_values
 
-    summarizer = build_summarizer(WorkerSettings.from_sources(None, env={}), loaded)
+    loaded_settings = from_values({"engine.max_new_tokens": NEW_TOKENS})
+    budgets = budgets_for(loaded_settings, loaded)
+    summarizer = build_summarizer(loaded_settings.settings.engine, budgets, loaded)
     summarizer.params = dataclasses.replace(params, max_new_tokens=summarizer.params.max_new_tokens)
+    summarizer.worker_budgets = budgets.describe()
     return summarizer
 
 
 def prompts_for(loaded, records) -> list[list[int]]:
-    from worker.preprocess import prepare
+    from worker.preprocess import Preprocessor, default_workers
 
-    return [prepare(r, loaded.tokenizer).prompt.tolist() for r in records]
+    pool = Preprocessor(loaded.tokenizer, default_workers("cuda"))
+    try:
+        return [f.result().prompt.tolist() for f in [pool.submit(r) for r in records]]
+    finally:
+        pool.close()
 
 
 def engine_only(loaded, prompts, *, production: bool) -> dict:
@@ -203,7 +215,7 @@ def hf_best(shape: str, prompts) -> dict:
     model = hf_model(shape)
     hf_generate(model, prompts[:8], 8)  # warm-up
     best = None
-    for bs in (16, 32, 64):
+    for bs in HF_BATCHES:
         try:
             r = hf_generate(model, prompts, bs)
         except torch.cuda.OutOfMemoryError:
@@ -227,7 +239,7 @@ def decode_micro(loaded) -> dict:
     cfg = loaded.config
     res = {}
     ctx = 1100
-    for batch in (64, 256, 1024):
+    for batch in (256, 1024):
         arena = KVArena(cfg, batch * (ctx + 8), dtype=torch.bfloat16, device=torch.device("cuda"))
         for layer in range(cfg.num_layers):
             arena.cache.k[layer].normal_()
@@ -245,9 +257,9 @@ def decode_micro(loaded) -> dict:
             for _ in range(3):
                 runner.decode(ids, positions, starts)
             t0 = sync_time()
-            for _ in range(20):
+            for _ in range(10):
                 runner.decode(ids, positions, starts)
-            runs[name] = ((sync_time() - t0) / 20 * 1e3, logits)
+            runs[name] = ((sync_time() - t0) / 10 * 1e3, logits)
         attention_mod.DECODE_KERNEL = "triton"
         ref = runs["eager_fa2"][1]
         res[f"B{batch}"] = {name: {"ms": ms, "rel_err_vs_eager": float((lg - ref).norm() / ref.norm())}
@@ -265,6 +277,9 @@ def main() -> None:
     ap.add_argument("--profiles", default="short,mixed")
     ap.add_argument("--quick", action="store_true", help="a fifth of the records, no HF baseline")
     ap.add_argument("--no-hf", action="store_true")
+    ap.add_argument("--worker-shapes", default="smollm2,qwen7b",
+                    help="shapes that also run with telesum worker's configuration (its probe included)")
+    ap.add_argument("--shape-profiles", default="", help="e.g. qwen7b:short to limit one shape's profiles")
     ap.add_argument("--profile-host", action="store_true", help="cProfile the consumer thread of one run")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -284,7 +299,8 @@ def main() -> None:
         res[f"{shape}_decode_ms"] = decode_micro(loaded)
         print(shape, "decode", json.dumps(res[f"{shape}_decode_ms"]), flush=True)
         save()
-        for profile in args.profiles.split(","):
+        limits = dict(x.split(":") for x in args.shape_profiles.split(",") if x)
+        for profile in (limits[shape].split("+") if shape in limits else args.profiles.split(",")):
             n = COUNTS[(shape, profile)] // (5 if args.quick else 1)
             records = records_for(profile, n)
             for sampling in ("greedy", "production"):
@@ -293,13 +309,14 @@ def main() -> None:
                 res[key] = summarizer_run(loaded, records, sampling=sampling, worker_config=False, profile_out=prof)
                 print(key, json.dumps(res[key]), flush=True)
                 save()
-            if profile == "short":
+            if profile == "short" and shape in args.worker_shapes.split(","):
                 try:
                     res[f"{shape}_short_production_worker"] = summarizer_run(
                         loaded, records, sampling="production", worker_config=True)
                 except Exception as exc:  # report, do not hide
                     res[f"{shape}_short_production_worker"] = {"error": repr(exc)[:300]}
                 print(f"{shape}_short_production_worker", json.dumps(res[f"{shape}_short_production_worker"]), flush=True)
+            if profile == "short":
                 prompts = prompts_for(loaded, records)
                 res[f"{shape}_short_engine_only_greedy"] = engine_only(loaded, prompts, production=False)
                 print(f"{shape}_short_engine_only_greedy", json.dumps(res[f"{shape}_short_engine_only_greedy"]), flush=True)

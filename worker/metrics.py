@@ -218,6 +218,10 @@ class MeteredSummarizer:
         self.metrics = metrics
         self.listeners = tuple(listeners)
 
+    @property
+    def max_seqs_per_bin(self) -> int:
+        return self.inner.max_seqs_per_bin
+
     def submit(self, request_id: Hashable, record: TelemetryRecord) -> None:
         """As the inner summarizer's `submit` (raises Backpressure when full)."""
         self.inner.submit(request_id, record)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from worker.settings.budgets import Budgets, Probed, resolve_budgets
+from worker.settings.budgets import GPU_MAX_SEQS_PER_BIN, GPU_TOKEN_BUDGET, Budgets, Probed, resolve_budgets
 from worker.settings.load import LoadedSettings
 from worker.settings.sections import EngineSettings
 
@@ -44,18 +45,40 @@ def load_model(engine: EngineSettings):
                                    tokenizer=engine.tokenizer or True)
 
 
-def probe_budgets(loaded, device) -> Probed | None:
-    """The run-time probe's budgets for this (model, device), or None where none is available.
+@dataclass(frozen=True)
+class _ProbedBudgets:
+    token_budget: int
+    kv_rows: int
+    max_seqs_per_bin: int
 
-    This is the one place the Phase 0 probe plugs in: return its result (bin tokens, KV rows,
-    sequences per bin) and every budget the operator left unset takes it, in both commands.
-    """
-    return None
+
+def probe_budgets(loaded, device, engine: EngineSettings, loaded_settings: LoadedSettings) -> Probed | None:
+    """The Phase 0 probe's budgets for this (model, device) on a GPU (cached per GPU, model, dtype and
+    torch version; probed when there is no valid entry), or None on CPU or when the probe fails.
+
+    The bin is not grown to the probe's limit (millions of tokens for a small model: one such
+    prefill would stall every decoding sequence for seconds); it stays at the operator's value or
+    the GPU default, and the probe sizes the KV arena and the sequences beside it."""
+    if device.type != "cuda":
+        return None
+    from worker.probe import ProbeError
+    from worker.probe import probe_budgets as run_probe
+
+    bin_tokens = engine.token_budget if loaded_settings.is_set("engine.token_budget") else GPU_TOKEN_BUDGET
+    try:
+        found = run_probe(loaded, device, max_new_tokens=engine.max_new_tokens, bin_tokens=bin_tokens)
+    except ProbeError as exc:
+        log.warning("probe: %s; using the device defaults", exc)
+        return None
+    log.info("probe (%s, %.1f s): bin %d tokens, %d KV rows, %d sequences in flight (%s)", found.source,
+             found.seconds, found.bin_tokens, found.kv_rows, found.max_seqs, found.cache_path)
+    return _ProbedBudgets(found.bin_tokens, found.kv_rows, min(found.max_seqs, GPU_MAX_SEQS_PER_BIN))
 
 
 def budgets_for(loaded_settings: LoadedSettings, loaded) -> Budgets:
     device = next(loaded.model.parameters()).device
-    return resolve_budgets(loaded_settings, device.type, probe_budgets(loaded, device))
+    return resolve_budgets(loaded_settings, device.type,
+                           probe_budgets(loaded, device, loaded_settings.settings.engine, loaded_settings))
 
 
 class ObservedDispatcher:

@@ -210,3 +210,30 @@ def test_decode_bucket_padding_rows_leave_the_tape_untouched(tiny_model):
         assert set(changed) == written
     solo = [runner.decode([t], [p], [s]) for t, p, s in zip([7, 8, 9], positions, starts)]
     assert torch.allclose(torch.cat(solo), logits, atol=1e-5)
+
+
+def test_engine_decode_batch_mixes_stop_sets_eos_and_lengths(tiny_model):
+    prompts = random_prompts(4, 6, 14, seed=31)
+    fulls = [reference_greedy(tiny_model, p, 10) for p in prompts]
+    eos = fulls[0][4]
+    detok = lambda ids: "".join(f"<{i}>" for i in ids)  # noqa: E731
+    engine = make_engine(tiny_model, eos_ids=(eos,), detokenize=detok)
+    params = [SamplingParams(max_new_tokens=10),                                  # ends at EOS
+              SamplingParams(max_new_tokens=10, stop=(f"<{fulls[1][2]}>",)),      # a stop string
+              SamplingParams(max_new_tokens=10, stop=(f"<{fulls[2][5]}>", "zz")),  # another stop set
+              SamplingParams(max_new_tokens=3)]                                   # its length
+    seqs = [engine.add(p, sp) for p, sp in zip(prompts, params)]
+    run_until_done(engine, seqs)
+
+    def upto(full, n, token):  # the reference output before `token` (the EOS one, or a stop string's)
+        cut = [i for i, t in enumerate(full[:n]) if t == token]
+        return full[:cut[0]] if cut else full[:n]
+
+    assert seqs[0].output == upto(fulls[0], 10, eos) and seqs[0].finish_reason == "eos"
+    expected_1 = upto(fulls[1], 10, fulls[1][2])
+    assert seqs[1].finish_reason == "stop" and seqs[1].text == detok(expected_1)
+    expected_2 = upto(fulls[2], 10, fulls[2][5])
+    assert seqs[2].finish_reason == "stop" and seqs[2].text == detok(expected_2)
+    if eos not in fulls[3][:3]:
+        assert seqs[3].output == fulls[3][:3] and seqs[3].finish_reason == "length"
+    assert engine.scheduler.decoding.seqs == [] and engine.scheduler.slabs.num_used_rows == 0

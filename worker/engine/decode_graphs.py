@@ -51,6 +51,7 @@ class DecodeGraphs:
             self._arange = torch.arange(max_batch + 1, dtype=torch.int64, device=self.device)  # [Bmax+1]
         self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self._pool = None
+        self._logits: torch.Tensor | None = None  # float32 [Bmax, V], written by every graph
 
     def bucket_for(self, batch: int) -> int:
         for b in self.buckets:
@@ -106,10 +107,13 @@ class DecodeGraphs:
         torch.cuda.current_stream(self.device).wait_stream(side)
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
+        if self._logits is None:  # one output buffer for every bucket: graphs replay one at a time
+            self._logits = torch.empty(self.max_batch, self.model.cfg.vocab_size, dtype=torch.float32,
+                                       device=self.device)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool):
-            logits = self._forward(bucket, self.max_seqlen_k)
-        self._graphs[bucket] = (graph, logits)
+            self._logits[:bucket].copy_(self._forward(bucket, self.max_seqlen_k))
+        self._graphs[bucket] = (graph, self._logits[:bucket])
         self._staging[:, :bucket].copy_(saved)
         log.debug("captured the decode graph for batch bucket %d", bucket)
         return self._graphs[bucket]

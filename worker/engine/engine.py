@@ -40,6 +40,25 @@ class _BinWork:
     max_seqlen_k: int    # longest real sequence
 
 
+@dataclass
+class _SamplingRows:
+    """Per-row sampling inputs of one step (numpy [B] each)."""
+
+    temperature: np.ndarray
+    top_p: np.ndarray
+    penalty: np.ndarray
+    output_start: np.ndarray  # tape row of each row's output token 0
+    out_len: np.ndarray       # tokens each row has generated so far
+
+    @classmethod
+    def of(cls, seqs: list[Sequence]) -> _SamplingRows:
+        return cls(np.array([s.params.temperature for s in seqs], np.float32),
+                   np.array([s.params.top_p for s in seqs], np.float32),
+                   np.array([s.params.repetition_penalty for s in seqs], np.float32),
+                   np.array([s.slab_start + s.prompt_len for s in seqs], np.int64),
+                   np.array([len(s.output) for s in seqs], np.int64))
+
+
 class Engine:
     """Continuous-batching generation over packed bins and a KV slab arena."""
 
@@ -163,33 +182,32 @@ class Engine:
             return
         self._emit(self.scheduler.postprocess(plan, tokens))
 
-    def _run_model(self, plan: Plan, seqs: list[Sequence]) -> list[int]:
+    def _run_model(self, plan: Plan, seqs: list[Sequence]) -> np.ndarray:
+        """The step's forward pass and sampling -> int64 [B] tokens (empty for a non-final chunk)."""
         if isinstance(plan, PrefillBin):
             work: _BinWork = plan.bin
             logits = self.runner.prefill_bin(work.device_bin, [s.slab_start for s in seqs],
                                              work.max_seqlen_q, work.max_seqlen_k)
+            rows = _SamplingRows.of(seqs)
         elif isinstance(plan, PrefillChunk):
             logits = self.runner.prefill_chunk(plan.seq.prompt[plan.start:plan.end], plan.start,
                                                plan.seq.slab_start)
             if not plan.is_last:
-                return []
+                return np.empty(0, np.int64)
+            rows = _SamplingRows.of(seqs)
         else:
             assert isinstance(plan, Decode)
-            logits = self.runner.decode([s.output[-1] for s in seqs], [s.num_cached for s in seqs],
-                                        [s.slab_start for s in seqs])
-        penalties = [s.params.repetition_penalty for s in seqs]
-        penalised = any(p != 1.0 for p in penalties)
-        history = None
-        if penalised:
-            output_starts = [s.slab_start + s.prompt_len for s in seqs]
-            output_lens = [len(s.output) for s in seqs]
-            history = self.outputs.histories(output_starts, output_lens)
-        batch = SamplingBatch([s.params.temperature for s in seqs], [s.params.top_p for s in seqs],
-                              logits.device, penalties if history is not None else None, history)
+            batch = self.scheduler.decoding  # the plan's sequences, as arrays
+            logits = self.runner.decode(batch.last_token, batch.position, batch.slab_start)
+            rows = _SamplingRows(batch.temperature, batch.top_p, batch.penalty, batch.output_start, batch.out_len)
+        penalised = bool((rows.penalty != 1.0).any())
+        history = self.outputs.histories(rows.output_start, rows.out_len) if penalised else None
+        batch = SamplingBatch(rows.temperature.tolist(), rows.top_p.tolist(), logits.device,
+                              rows.penalty.tolist() if history is not None else None, history)
         tokens = batch.sample(logits, self.generator)  # [B] on the device
         if penalised:
-            self.outputs.record([a + n for a, n in zip(output_starts, output_lens)], tokens)
-        return tokens.tolist()  # the step's one host sync
+            self.outputs.record(rows.output_start + rows.out_len, tokens)
+        return tokens.cpu().numpy()  # the step's one host sync
 
     def _emit(self, seqs: list[Sequence]) -> None:
         with self._lock:

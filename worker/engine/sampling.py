@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 
@@ -48,7 +49,8 @@ def apply_repetition_penalty(logits: torch.Tensor,     # float32 [B, V]
 def _host_to_device(values, dtype: torch.dtype, device) -> torch.Tensor:
     """A host list as a device tensor; on CUDA through page-locked memory, so the copy does not
     synchronise the stream (the caching host allocator keeps the buffer until the copy is done)."""
-    host = torch.tensor(values, dtype=dtype)
+    host = torch.from_numpy(np.ascontiguousarray(values)).to(dtype) if isinstance(values, np.ndarray) \
+        else torch.tensor(values, dtype=dtype)
     if torch.device(device).type != "cuda":
         return host
     return host.pin_memory().to(device, non_blocking=True)
@@ -62,17 +64,17 @@ class OutputTape:
     def __init__(self, rows: int, device) -> None:
         self.tokens = torch.full((rows,), -1, dtype=torch.int64, device=device)  # [rows]
 
-    def histories(self, output_starts: list[int], output_lens: list[int]) -> torch.Tensor | None:
+    def histories(self, output_starts: np.ndarray, output_lens: np.ndarray) -> torch.Tensor | None:
         """int64 [B, max len] of each row's outputs so far (-1 beyond its length); None when all are empty."""
-        width = max(output_lens, default=0)
+        width = int(output_lens.max(initial=0))
         if width == 0:
             return None
-        starts, lens = _host_to_device([output_starts, output_lens], torch.int64, self.tokens.device)  # [B] each
+        starts, lens = _host_to_device(np.stack([output_starts, output_lens]), torch.int64, self.tokens.device)
         cols = torch.arange(width, device=self.tokens.device)  # [L]
         idx = (starts[:, None] + cols).clamp_(max=self.tokens.shape[0] - 1)  # [B, L]
         return torch.where(cols < lens[:, None], self.tokens[idx], -1)
 
-    def record(self, rows: list[int], tokens: torch.Tensor) -> None:
+    def record(self, rows: np.ndarray, tokens: torch.Tensor) -> None:
         """Store tokens [B] (device) at tape rows [B] (output start + index). No host sync."""
         self.tokens.index_copy_(0, _host_to_device(rows, torch.int64, self.tokens.device), tokens)
 

@@ -13,6 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from worker.engine.decode_batch import DecodeBatch
 from worker.engine.errors import ArenaTooSmall
 from worker.engine.kv_arena import SlabAllocator
 from worker.engine.sequence import Sequence, SequenceStatus
@@ -67,12 +70,13 @@ class Scheduler:
             raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
         self.slabs = slabs
         self.eos_ids = frozenset(eos_ids)
+        self.eos_array = np.asarray(sorted(self.eos_ids), dtype=np.int64)
         self.chunk_tokens = chunk_tokens
         self.stops = StopChecker(detokenize) if detokenize is not None else None
         self.waiting_bins: deque[PrefillBin] = deque()
         self.waiting_long: deque[Sequence] = deque()
         self.prefilling: Sequence | None = None  # the long input being chunk-prefilled
-        self.running: list[Sequence] = []
+        self.decoding = DecodeBatch()
         self._last_was_chunk = False
 
     # -- intake -----------------------------------------------------------------------------
@@ -85,12 +89,17 @@ class Scheduler:
         self.waiting_long.append(seq)
 
     @property
+    def running(self) -> list[Sequence]:
+        """The decoding sequences, in step order."""
+        return self.decoding.seqs
+
+    @property
     def has_decode_work(self) -> bool:
-        return bool(self.running) or self.prefilling is not None
+        return bool(self.decoding) or self.prefilling is not None
 
     @property
     def is_idle(self) -> bool:
-        return not (self.waiting_bins or self.waiting_long or self.running or self.prefilling)
+        return not (self.waiting_bins or self.waiting_long or self.decoding or self.prefilling)
 
     @property
     def is_holding_bin(self) -> bool:
@@ -103,13 +112,13 @@ class Scheduler:
         plan = self._admit_bin() or self._admit_long()
         if plan is not None:
             return plan
-        if self.prefilling is not None and not (self._last_was_chunk and self.running):
+        if self.prefilling is not None and not (self._last_was_chunk and self.decoding):
             self._last_was_chunk = True
             seq = self.prefilling
             return PrefillChunk(seq, seq.num_prefilled,
                                 min(seq.num_prefilled + self.chunk_tokens, seq.prompt_len))
         self._last_was_chunk = False
-        return Decode(list(self.running)) if self.running else None
+        return Decode(list(self.decoding.seqs)) if self.decoding else None
 
     def _admit_bin(self) -> Plan | None:
         if not self.waiting_bins:
@@ -173,23 +182,46 @@ class Scheduler:
                 seq.num_prefilled = seq.prompt_len
         if len(tokens) != len(seqs):
             raise ValueError(f"{len(tokens)} tokens for {len(seqs)} sequences")
-        finished = []
-        if isinstance(plan, Decode):  # the hot loop of a decode step: every running sequence, every step
-            for seq, token in zip(seqs, tokens):
-                if self._append(seq, token):
-                    self._finish(seq, now)
-                    finished.append(seq)
-            if finished:
-                self.running = [s for s in self.running if not s.is_done]
-            return finished
-        for seq, token in zip(seqs, tokens):
+        if isinstance(plan, Decode):
+            return self._apply_decode(np.asarray(tokens, dtype=np.int64), now)
+        finished, joining = [], []
+        for seq, token in zip(seqs, np.asarray(tokens).tolist()):
             seq.first_token_at = now
             if self._append(seq, token):
                 self._finish(seq, now)
                 finished.append(seq)
             else:
                 seq.status = SequenceStatus.DECODING
-                self.running.append(seq)
+                joining.append(seq)
+        self.decoding.add(joining)
+        return finished
+
+    def _apply_decode(self, tokens: np.ndarray, now: float) -> list[Sequence]:
+        """One token for every decoding row: array checks first, per-sequence code only for rows
+        that may finish (EOS, length limit, a stop-string trigger)."""
+        batch = self.decoding
+        if len(tokens) != len(batch):
+            raise ValueError(f"{len(tokens)} tokens for {len(batch)} decoding sequences")
+        for seq, token in zip(batch.seqs, tokens.tolist()):
+            seq.output.append(token)
+        batch.advance(tokens)
+        maybe = batch.out_len >= batch.max_new
+        if self.eos_array.size:
+            maybe |= np.isin(tokens, self.eos_array)
+        if self.stops is not None:
+            for group, stops in enumerate(batch.stop_sets):
+                rows = batch.stop_group == group
+                if rows.any():
+                    maybe[rows] |= self.stops.triggers(stops, tokens[rows])
+        finished = []
+        for row in np.flatnonzero(maybe).tolist():
+            seq = batch.seqs[row]
+            token = seq.output.pop()
+            if self._append(seq, token):
+                self._finish(seq, now)
+                finished.append(seq)
+        if finished:
+            batch.remove_done()
         return finished
 
     def _append(self, seq: Sequence, token: int) -> bool:
@@ -220,7 +252,7 @@ class Scheduler:
             self._free(seq)
             if self.prefilling is seq:
                 self.prefilling = None
-        self.running = [s for s in self.running if not s.is_done]
+        self.decoding.remove_done()
 
     def _free(self, seq: Sequence) -> None:
         if seq.slab_start >= 0:

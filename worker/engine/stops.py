@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from worker.engine.sequence import Sequence
 
 Detokenize = Callable[[list[int]], str]
@@ -30,6 +32,7 @@ class StopChecker:
         self.detokenize = detokenize
         self._token_text: dict[int, str] = {}
         self._triggers: dict[tuple[str, ...], dict[int, bool]] = {}
+        self._tables: dict[tuple[str, ...], np.ndarray] = {}  # the same flags as int8 arrays, -1 = unknown
         self.num_decodes = 0  # whole-output decodes, for tests and profiles
 
     def _is_trigger(self, token: int, stops: tuple[str, ...]) -> bool:
@@ -43,6 +46,22 @@ class StopChecker:
                 text = self._token_text[token] = self.detokenize([token])
             hit = table[token] = _INCOMPLETE in text or any(s[-1] in text for s in stops if s)
         return hit
+
+    def triggers(self, stops: tuple[str, ...], tokens: np.ndarray) -> np.ndarray:
+        """bool [B]: which of tokens [B] (int64) could complete one of `stops` (see `_is_trigger`)."""
+        table = self._tables.get(stops)
+        top = int(tokens.max(initial=-1)) + 1
+        if table is None or len(table) < top:  # -1 = not looked at yet
+            grown = np.full(max(top, 2 * len(table) if table is not None else top), -1, np.int8)
+            if table is not None:
+                grown[:len(table)] = table
+            table = self._tables[stops] = grown
+        flags = table[tokens]
+        if (flags < 0).any():
+            for token in np.unique(tokens[flags < 0]).tolist():
+                table[token] = self._is_trigger(token, stops)
+            flags = table[tokens]
+        return flags.astype(bool)
 
     def check(self, seq: Sequence) -> bool:
         """After appending seq.output[-1]: True (and seq.text set, cut before the stop) when a stop string appeared."""

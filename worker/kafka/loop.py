@@ -86,6 +86,8 @@ class KafkaWorker:
         self.observer = observer  # e.g. metrics: called after every step, from the loop thread
         self.summarizer = summarizer
         self.model_name = model_name
+        # Unset: two full bins of records, so one bin decodes while the next is packed.
+        self.max_in_flight = settings.max_in_flight or 2 * getattr(summarizer, "max_seqs_per_bin", 128)
         self.consumer = consumer or Consumer(settings)
         self.producer = producer or Producer(settings)
         self.tracker = OffsetTracker()
@@ -204,7 +206,7 @@ class KafkaWorker:
         self._backlog.append(_Pending(rid, source, raw, record))
 
     def _submit_backlog(self) -> None:
-        while self._backlog and len(self._in_summarizer) < self.settings.max_in_flight:
+        while self._backlog and len(self._in_summarizer) < self.max_in_flight:
             pending = self._backlog[0]
             try:
                 self.summarizer.submit(pending.rid, pending.record)
@@ -219,7 +221,7 @@ class KafkaWorker:
             self._in_summarizer[pending.rid] = pending
 
     def _apply_backpressure(self) -> None:
-        full = bool(self._backlog) or len(self._in_summarizer) >= self.settings.max_in_flight
+        full = bool(self._backlog) or len(self._in_summarizer) >= self.max_in_flight
         if full:
             unpaused = self.consumer.assignment() - self.consumer.paused()  # incl. newly assigned ones
             if unpaused:
