@@ -60,9 +60,9 @@ class WorkerSettings(MaskedRepr, msgspec.Struct, frozen=True, kw_only=True, forb
     delivery_timeout_ms: Annotated[int, opt("TELESUM_DELIVERY_TIMEOUT_MS", "give up one send after this",
                                             **Positive)] = 120000
     # Flow control and shutdown
-    max_in_flight: Annotated[int | None, opt("TELESUM_MAX_IN_FLIGHT",
-                                             "records inside the summarizer before pausing "
-                                             "(default: two full bins of sequences)", **Positive)] = None
+    max_in_flight: Annotated[Annotated[int, msgspec.Meta(gt=0)] | None, opt(
+        "TELESUM_MAX_IN_FLIGHT", "records inside the summarizer before pausing (default: two full bins of sequences)",
+    )] = None
     commit_interval_s: Annotated[float, opt("TELESUM_COMMIT_INTERVAL_S", "commit done offsets this often",
                                             ge=0)] = 0.5
     drain_timeout_s: Annotated[float, opt("TELESUM_DRAIN_TIMEOUT_S", "on SIGTERM, finish in-flight work within this",
