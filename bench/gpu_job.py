@@ -1,6 +1,7 @@
 """The real job on one GPU, side by side in one run: telemetry records -> Summarizer -> summaries.
 
     python bench/gpu_job.py --out DIR --tokenizer TOKENIZER_DIR [--shapes smollm2,qwen7b] [--quick]
+    python bench/gpu_job.py --out DIR --chart-from DIR/gpu_job.json      # the chart alone, no GPU
 
 Records from `telesum produce`'s generators (`short` and `mixed` profiles). Speed models: SmolLM2-135M's
 and Qwen2.5-7B's architectures with random bf16 weights (speed does not depend on weight values) and
@@ -269,10 +270,46 @@ def decode_micro(loaded) -> dict:
     return res
 
 
+def chart(res: dict, path: Path) -> None:
+    """Records/s per run (with GPU busy share) and decode ms per step per kernel, from a results JSON."""
+    import matplotlib
+    import matplotlib.ticker
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [(k, v) for k, v in res.items() if isinstance(v, dict) and "records_per_s" in v]
+    decode = [(k, v) for k, v in res.items() if k.endswith("_decode_ms")]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [3, 2]})
+    ax1.barh([k for k, _ in runs], [v["records_per_s"] for _, v in runs], color="tab:orange")
+    for i, (_, v) in enumerate(runs):
+        busy = v.get("gpu_busy")
+        label = f"{v['records_per_s']:.1f}" + (f"  (GPU busy {busy:.0%})" if busy is not None else "")
+        ax1.text(v["records_per_s"], i, " " + label, va="center", fontsize=8)
+    ax1.set_xscale("log")
+    ax1.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax1.set_xlabel("records/s (log scale)")
+    ax1.invert_yaxis()
+    labels, width = [], 0.2
+    for j, (shape, table) in enumerate(decode):
+        for b, (batch, kernels) in enumerate(table.items()):
+            labels.append(f"{shape.removesuffix('_decode_ms')} {batch}")
+            for n, (name, r) in enumerate(kernels.items()):
+                ax2.bar(len(labels) - 1 + (n - 1.5) * width, r["ms"], width, color=f"C{n}",
+                        label=name if len(labels) == 1 else None)
+    ax2.set_xticks(range(len(labels)), labels, fontsize=8, rotation=20)
+    ax2.set_ylabel("ms per decode step (1,100-row contexts)")
+    ax2.legend(fontsize=8)
+    fig.suptitle(f"telesum, the real job: {res['device']}, {res['date']}, {res['new_tokens']} new tokens")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--tokenizer", type=Path, required=True, help="the SmolLM2 tokenizer saved as a folder")
+    ap.add_argument("--tokenizer", type=Path, help="the SmolLM2 tokenizer saved as a folder (required to run)")
+    ap.add_argument("--chart-from", type=Path, help="only draw DIR/gpu_job.png from this results JSON (no GPU)")
     ap.add_argument("--shapes", default="smollm2,qwen7b")
     ap.add_argument("--profiles", default="short,mixed")
     ap.add_argument("--quick", action="store_true", help="a fifth of the records, no HF baseline")
@@ -283,6 +320,9 @@ def main() -> None:
     ap.add_argument("--profile-host", action="store_true", help="cProfile the consumer thread of one run")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.chart_from:
+        chart(json.loads(args.chart_from.read_text()), args.out / "gpu_job.png")
+        return
     tokenizer = load_tokenizer(args.tokenizer)
     res: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "new_tokens": NEW_TOKENS,

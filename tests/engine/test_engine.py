@@ -237,3 +237,55 @@ def test_engine_decode_batch_mixes_stop_sets_eos_and_lengths(tiny_model):
     if eos not in fulls[3][:3]:
         assert seqs[3].output == fulls[3][:3] and seqs[3].finish_reason == "length"
     assert engine.scheduler.decoding.seqs == [] and engine.scheduler.slabs.num_used_rows == 0
+
+
+def test_engine_bin_out_of_memory_is_retried_one_by_one_and_loses_nothing(tiny_model):
+    engine = make_engine(tiny_model, token_budget=64)
+    original = engine.runner.prefill_bin
+    sizes = []
+
+    def prefill_bin(device_bin, starts, *rest):
+        sizes.append(len(starts))
+        if len(starts) > 1:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return original(device_bin, starts, *rest)
+
+    engine.runner.prefill_bin = prefill_bin
+    prompts = random_prompts(4, 5, 12, seed=41)
+    seqs = [engine.add(p, SamplingParams(max_new_tokens=5)) for p in prompts]
+    run_until_done(engine, seqs)
+    assert max(sizes) > 1  # the bin held several sequences and failed
+    assert [s.output for s in seqs] == [reference_greedy(tiny_model, p, 5) for p in prompts]
+    assert all(s.error is None for s in seqs) and engine.scheduler.slabs.num_used_rows == 0
+
+
+def test_engine_chunk_out_of_memory_halves_the_chunk_then_fails_only_that_sequence(tiny_model, monkeypatch):
+    from worker.engine import scheduler as scheduler_mod
+    from worker.engine.errors import OutOfMemory
+
+    monkeypatch.setattr(scheduler_mod, "MIN_OOM_CHUNK", 8)
+    engine = make_engine(tiny_model, token_budget=32)  # prompts above 32 tokens take the chunked lane
+    original = engine.runner.prefill_chunk
+    chunks = []
+
+    def prefill_chunk(tokens, start, slab_start, limit=[16]):
+        chunks.append(len(tokens))
+        if len(tokens) > limit[0]:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 512.00 MiB")
+        return original(tokens, start, slab_start)
+
+    engine.runner.prefill_chunk = prefill_chunk
+    long_prompt = random_prompts(1, 70, 70, seed=42)[0]
+    seq = engine.add(long_prompt, SamplingParams(max_new_tokens=4))
+    run_until_done(engine, [seq])
+    assert chunks[:3] == [32, 16, 16] and max(chunks[1:]) <= 16  # 32 failed, then halves ran
+    assert seq.output == reference_greedy(tiny_model, long_prompt, 4)
+
+    prefill_chunk.__defaults__[0][0] = 4  # now even the smallest chunk (8) runs out of memory
+    doomed = engine.add(long_prompt, SamplingParams(max_new_tokens=4))
+    run_until_done(engine, [doomed])
+    assert isinstance(doomed.error, OutOfMemory) and "smallest chunks" in str(doomed.error)
+    short = engine.add([5, 6, 7], SamplingParams(max_new_tokens=3))  # the engine keeps serving
+    run_until_done(engine, [short])
+    assert short.output == reference_greedy(tiny_model, [5, 6, 7], 3)
+    assert engine.scheduler.slabs.num_used_rows == 0

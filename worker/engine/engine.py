@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from worker.dispatch import DispatcherClosed, SequenceTooLong
-from worker.engine.errors import ContextTooLong, EngineClosed
+from worker.engine.errors import ContextTooLong, EngineClosed, OutOfMemory
 from worker.engine.kv_arena import SlabAllocator
 from worker.engine.runner import ModelRunner
 from worker.engine.sampling import OutputTape, SamplingBatch
@@ -31,6 +31,15 @@ log = logging.getLogger(__name__)
 # when idle, block a while (the wait releases the GIL) but wake often enough to see long inputs.
 BUSY_TIMEOUT_S = 0.0
 IDLE_TIMEOUT_S = 0.02
+MAX_DECODE_OOM_RETRIES = 3
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """The CUDA allocator's OutOfMemoryError, or an allocation failure that reached Python as a RuntimeError."""
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("CUDA out of memory" in text or "CUBLAS_STATUS_ALLOC_FAILED" in text)
 
 
 @dataclass
@@ -80,6 +89,7 @@ class Engine:
         self._long_inbox: queue.SimpleQueue[Sequence] = queue.SimpleQueue()
         self._dispatcher_drained = False
         self._stop = threading.Event()
+        self._decode_ooms = 0  # consecutive decode steps that ran out of memory
 
     # -- any thread -------------------------------------------------------------------------
     def add(self, prompt, params: SamplingParams) -> Sequence:
@@ -176,11 +186,39 @@ class Engine:
         try:
             tokens = self._run_model(plan, seqs)
         except Exception as exc:
+            if is_out_of_memory(exc):
+                self._after_out_of_memory(plan, seqs, exc)
+                return
             log.exception("step failed for %d sequence(s)", len(seqs))
             self.scheduler.fail(seqs, exc)
             self._emit(seqs)
             return
+        self._decode_ooms = 0
         self._emit(self.scheduler.postprocess(plan, tokens))
+
+    def _after_out_of_memory(self, plan: Plan, seqs: list[Sequence], exc: BaseException) -> None:
+        """Nothing is lost to an out-of-memory error: the step's work is retried in smaller pieces
+        (a bin one sequence at a time, a chunk at half its size); only a sequence that fails even
+        alone in the smallest chunk fails, with OutOfMemory. A decode step is retried as it is a few
+        times (memory freed by finishing prefills may let it run), then its sequences fail."""
+        if self.runner.device.type == "cuda":
+            torch.cuda.empty_cache()
+        if isinstance(plan, Decode):
+            self._decode_ooms += 1
+            if self._decode_ooms <= MAX_DECODE_OOM_RETRIES:
+                log.warning("decode step of %d sequences ran out of GPU memory; retrying (%d/%d)",
+                            len(seqs), self._decode_ooms, MAX_DECODE_OOM_RETRIES)
+                return
+            failed = list(seqs)
+        else:
+            failed = self.scheduler.retry_smaller(plan)
+            log.warning("%s of %d sequence(s) ran out of GPU memory; retrying in smaller pieces",
+                        type(plan).__name__, len(seqs))
+        if failed:
+            error = OutOfMemory(f"the GPU ran out of memory for this sequence ({failed[0].prompt_len} prompt "
+                                f"tokens) even alone in the smallest chunks: {str(exc).splitlines()[0][:200]}")
+            self.scheduler.fail(failed, error)
+            self._emit(failed)
 
     def _run_model(self, plan: Plan, seqs: list[Sequence]) -> np.ndarray:
         """The step's forward pass and sampling -> int64 [B] tokens (empty for a non-final chunk)."""

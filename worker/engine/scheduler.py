@@ -60,6 +60,9 @@ class Fail:
 
 Plan = PrefillBin | PrefillChunk | Decode | Fail
 
+# Out-of-memory retries halve a long input's chunk down to this many tokens before the sequence fails.
+MIN_OOM_CHUNK = 256
+
 
 class Scheduler:
     """Queues of waiting bins, long inputs and active sequences; owns slab admission. Engine thread only."""
@@ -72,6 +75,7 @@ class Scheduler:
         self.eos_ids = frozenset(eos_ids)
         self.eos_array = np.asarray(sorted(self.eos_ids), dtype=np.int64)
         self.chunk_tokens = chunk_tokens
+        self._shrunk_chunks: dict[int, int] = {}  # seq_id -> chunk size after an out-of-memory retry
         self.stops = StopChecker(detokenize) if detokenize is not None else None
         self.waiting_bins: deque[PrefillBin] = deque()
         self.waiting_long: deque[Sequence] = deque()
@@ -115,8 +119,8 @@ class Scheduler:
         if self.prefilling is not None and not (self._last_was_chunk and self.decoding):
             self._last_was_chunk = True
             seq = self.prefilling
-            return PrefillChunk(seq, seq.num_prefilled,
-                                min(seq.num_prefilled + self.chunk_tokens, seq.prompt_len))
+            chunk = self._shrunk_chunks.get(seq.seq_id, self.chunk_tokens)
+            return PrefillChunk(seq, seq.num_prefilled, min(seq.num_prefilled + chunk, seq.prompt_len))
         self._last_was_chunk = False
         return Decode(list(self.decoding.seqs)) if self.decoding else None
 
@@ -243,6 +247,27 @@ class Scheduler:
         seq.finished_at = now
         self._free(seq)
 
+    # -- out of memory: split and retry ----------------------------------------------------
+    def retry_smaller(self, plan: Plan) -> list[Sequence]:
+        """After `plan` ran out of GPU memory: its sequences are retried in smaller pieces. A bin's
+        sequences go to the one-by-one lane; a chunk is retried at half its size. Returns the
+        sequences that cannot be split further (a chunk of MIN_OOM_CHUNK tokens failed): the caller
+        fails them. A decode step is not split here (its inputs are fixed-size): the caller retries it."""
+        if isinstance(plan, PrefillBin):
+            for seq in plan.seqs:
+                self._free(seq)
+                seq.status = SequenceStatus.WAITING
+            self.waiting_long.extendleft(reversed(plan.seqs))  # ahead of later long inputs, in bin order
+            return []
+        if isinstance(plan, PrefillChunk):
+            size = plan.end - plan.start
+            if size <= MIN_OOM_CHUNK:
+                return [plan.seq]
+            self._shrunk_chunks[plan.seq.seq_id] = max(MIN_OOM_CHUNK, size // 2)
+            self._last_was_chunk = False  # retry the chunk next
+            return []
+        return []
+
     def fail(self, seqs: list[Sequence], error: BaseException) -> None:
         """Mark sequences failed and give back their slabs; they leave every queue."""
         for seq in seqs:
@@ -255,6 +280,7 @@ class Scheduler:
         self.decoding.remove_done()
 
     def _free(self, seq: Sequence) -> None:
+        self._shrunk_chunks.pop(seq.seq_id, None)
         if seq.slab_start >= 0:
             self.slabs.free(seq.slab_start)
             seq.slab_start = -1

@@ -84,6 +84,6 @@ def failure_reason(error: BaseException) -> tuple[str, str]:
     """(reason code, message) for an exception raised while summarising one record."""
     if isinstance(error, InvalidRecord):
         return error.reason, error.message
-    names = {"SequenceTooLong": "too_long", "ContextTooLong": "too_long"}
+    names = {"SequenceTooLong": "too_long", "ContextTooLong": "too_long", "OutOfMemory": "out_of_memory"}
     code = names.get(type(error).__name__, "summarize_failed")
     return code, f"{type(error).__name__}: {error}"

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from worker.engine.engine import is_out_of_memory
 from worker.engine.runner import ModelRunner
 from worker.engine.sampling import SamplingBatch
 from worker.model.kv_cache import KVCache
@@ -177,14 +178,6 @@ class TorchMeasurer:
         batch = SamplingBatch([_CHECK_TEMPERATURE] * num_seqs, [_CHECK_TOP_P] * num_seqs, self.device,
                               [_CHECK_PENALTY] * num_seqs, [[token] * max_new_tokens] * num_seqs)
         batch.sample(logits, torch.Generator(device=self.device).manual_seed(0))
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """The allocator's OutOfMemoryError, or an allocation failure that reached Python as a RuntimeError."""
-    if isinstance(exc, torch.cuda.OutOfMemoryError):
-        return True
-    text = str(exc)
-    return isinstance(exc, RuntimeError) and ("CUDA out of memory" in text or "CUBLAS_STATUS_ALLOC_FAILED" in text)
 
 
 def _stop_pass(_module, _args) -> None:
