@@ -59,7 +59,8 @@ def records_for(profile: str, n: int, seed: int = 11):
     return [r for r, _ in generate(n, profile, seed=seed)]
 
 
-def summarizer_run(loaded, records, *, sampling: str, worker_config: bool, profile_out: Path | None = None) -> dict:
+def summarizer_run(loaded, records, *, sampling: str, worker_config: bool, profile_out: Path | None = None,
+                   prefix_cache: bool = True) -> dict:
     from worker.summarizer import Summarizer, default_sampling
     from worker.engine.sequence import SamplingParams
 
@@ -69,7 +70,7 @@ def summarizer_run(loaded, records, *, sampling: str, worker_config: bool, profi
         summarizer = worker_summarizer(loaded, params)
     else:
         summarizer = Summarizer(loaded, token_budget=65536, max_new_tokens=NEW_TOKENS, max_seqs_per_bin=1024,
-                                sampling=params)
+                                sampling=params, prefix_cache=prefix_cache)
     profs = {}
     if profile_out is not None:  # cProfile the GPU-loop thread (Python 3.12 allows one profiler at a time)
         profs = {"gpu_loop": cProfile.Profile()}
@@ -98,6 +99,7 @@ def summarizer_run(loaded, records, *, sampling: str, worker_config: bool, profi
         dt = sync_time() - t0
     stats = summarizer.dispatcher.stats()
     budgets = getattr(summarizer, "worker_budgets", None)
+    prefix = summarizer.prefix.stats() if summarizer.prefix is not None else None
     kv_rows = summarizer.arena.capacity_rows
     summarizer.close(drain=False)
     if profs:
@@ -115,6 +117,7 @@ def summarizer_run(loaded, records, *, sampling: str, worker_config: bool, profi
             "p99_s": lat[int(0.99 * (len(lat) - 1))] if lat else None,
             "output_tok_per_s": out_tokens / dt, "mean_output_tokens": out_tokens / max(1, len(lat)),
             "bin_fill": stats.get("fill_ratio"), "bins": stats.get("bins"), "kv_rows": kv_rows,
+            "prefix_hit_token_share": prefix["hit_token_share"] if prefix else 0.0,
             **({"budgets": budgets} if budgets else {})}
 
 
@@ -182,6 +185,55 @@ def engine_only(loaded, prompts, *, production: bool) -> dict:
     return {"records": len(prompts), "seconds": dt, "records_per_s": len(prompts) / dt,
             "gpu_busy": busy.busy_fraction(), "output_tok_per_s": out / dt,
             "failed": sum(s.error is not None for s in seqs)}
+
+
+@torch.inference_mode()
+def prefix_logits_check(loaded, prompts) -> dict:
+    """First-token logits of prompts whose heads come from the prefix cache vs a full prefill (bf16)."""
+    from worker.engine.engine import Engine
+    from worker.engine.kv_arena import KVArena
+    from worker.engine.prefix_reuse import PrefixReuse
+    from worker.engine.runner import ModelRunner
+    from worker.engine.sequence import SamplingParams
+    from worker.dispatch import BinDispatcher
+
+    cfg = loaded.config
+    captured: dict[bool, list[torch.Tensor]] = {True: [], False: []}
+    hit_tokens = 0
+    for reuse in (False, True):
+        rows, region = 262144, 16384
+        arena = KVArena(cfg, rows, dtype=torch.bfloat16, device=torch.device("cuda"), reserved_tail_rows=region)
+        prefix = PrefixReuse(arena.cache, first_row=rows - region, num_blocks=region // 32) if reuse else None
+        disp = BinDispatcher(65536, max_seqs_per_bin=64)
+        engine = Engine(ModelRunner(loaded.model, arena.cache, "cuda"), disp, arena.slabs, eos_ids=(),
+                        max_context=cfg.max_position_embeddings, prefix_reuse=prefix)
+        disp.start()
+        params = SamplingParams(max_new_tokens=1)
+        for p in prompts[:1]:  # fills the cache with the first prompt's head
+            engine.add(p, params)
+        while engine.num_unfinished:
+            engine.step()
+        original = engine.runner.prefill_bin
+
+        def capture(*a, _orig=original, _out=captured[reuse]):
+            logits = _orig(*a)
+            _out.append(logits.float().clone())
+            return logits
+
+        engine.runner.prefill_bin = capture
+        for p in prompts[1:]:  # one at a time: each bin holds one prompt, so rows line up
+            engine.add(p, params)
+            while engine.num_unfinished:
+                engine.step()
+        if prefix is not None:
+            hit_tokens = prefix.stats()["hit_tokens"]
+        disp.close()
+        del engine, arena
+        torch.cuda.empty_cache()
+    a, b = torch.cat(captured[False]), torch.cat(captured[True])
+    return {"prompts": len(prompts) - 1, "hit_tokens": hit_tokens,
+            "rel_err": float((a - b).norm() / a.norm()),
+            "argmax_agree": float((a.argmax(-1) == b.argmax(-1)).float().mean())}
 
 
 def hf_model(shape: str):
@@ -349,6 +401,12 @@ def main() -> None:
                 res[key] = summarizer_run(loaded, records, sampling=sampling, worker_config=False, profile_out=prof)
                 print(key, json.dumps(res[key]), flush=True)
                 save()
+            if profile == "short":  # the same run without prefix reuse, side by side
+                key = f"{shape}_short_production_no_prefix_cache"
+                res[key] = summarizer_run(loaded, records, sampling="production", worker_config=False,
+                                          prefix_cache=False)
+                print(key, json.dumps(res[key]), flush=True)
+                save()
             if profile == "short" and shape in args.worker_shapes.split(","):
                 try:
                     res[f"{shape}_short_production_worker"] = summarizer_run(
@@ -358,6 +416,8 @@ def main() -> None:
                 print(f"{shape}_short_production_worker", json.dumps(res[f"{shape}_short_production_worker"]), flush=True)
             if profile == "short":
                 prompts = prompts_for(loaded, records)
+                res[f"{shape}_prefix_logits_check"] = prefix_logits_check(loaded, prompts[:64])
+                print(f"{shape}_prefix_logits_check", json.dumps(res[f"{shape}_prefix_logits_check"]), flush=True)
                 res[f"{shape}_short_engine_only_greedy"] = engine_only(loaded, prompts, production=False)
                 print(f"{shape}_short_engine_only_greedy", json.dumps(res[f"{shape}_short_engine_only_greedy"]), flush=True)
                 save()

@@ -168,3 +168,19 @@ def test_settings_metrics_port_out_of_range_raises():
     with pytest.raises(SettingsError, match=r"--metrics-port, TELESUM_METRICS_PORT\).*<= 65535.*'70000'"):
         load_settings(None, {"TELESUM_METRICS_PORT": "70000"})
     assert load_settings(None, {}).settings.http.metrics_port == 0  # off unless asked for
+
+
+def test_metrics_prefix_cache_hit_tokens_and_occupancy_sampled(monkeypatch):
+    monkeypatch.setattr("worker.metrics._SAMPLE_INTERVAL_S", 0.0)
+    metrics, inner = WorkerMetrics("cpu", "w-1"), _FakeSummarizer()
+    stats = {"hit_tokens": 300, "lookup_tokens": 1000, "occupancy": 0.25}
+    inner.prefix = SimpleNamespace(stats=lambda: dict(stats))
+    metrics.watch_summarizer(inner)
+    metrics.observe_loop(_FakeLoop())
+    assert _value(metrics, "telesum_prefix_hit_tokens_total") == 300
+    assert _value(metrics, "telesum_prefix_lookup_tokens_total") == 1000
+    assert _value(metrics, "telesum_prefix_cache_occupancy") == 0.25
+    stats.update(hit_tokens=800, lookup_tokens=2000, occupancy=0.5)
+    metrics.observe_loop(_FakeLoop())
+    assert _value(metrics, "telesum_prefix_hit_tokens_total") == 800
+    assert _value(metrics, "telesum_prefix_cache_occupancy") == 0.5

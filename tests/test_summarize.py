@@ -92,3 +92,13 @@ def test_summarize_cli_bad_setting_exits_2_before_loading(tmp_path, tiny_loaded,
     src.write_text(_line(0) + "\n")
     rc = main(["summarize", str(src), "-o", str(tmp_path / "out.jsonl"), "--max-seqs-per-bin", "0"])
     assert rc == 2 and "engine.max_seqs_per_bin (--max-seqs-per-bin" in caplog.text and tiny_loaded == []
+
+
+def test_summarize_cli_reports_the_share_served_from_the_prefix_cache(tmp_path, tiny_loaded, caplog):
+    caplog.set_level("INFO", logger="worker.summarize")
+    rc, out, _ = _run(tmp_path, [_line(i) for i in range(6)])
+    assert rc == 0 and len(out) == 6
+    line = next(r.getMessage() for r in caplog.records if "prefix cache:" in r.getMessage())
+    hit, looked_up = (int(x) for x in line.split("(")[1].split(")")[0].split(" of "))
+    assert looked_up == sum(o["prompt_tokens"] for o in out)  # every prompt was looked up, once
+    assert 0 <= hit < looked_up and "% of prompt tokens served" in line

@@ -108,6 +108,12 @@ class WorkerMetrics:
         self.prompt_size = histogram("telesum_prompt_tokens_per_record", "per record: prompt tokens",
                                      _TOKEN_BUCKETS)
         self.hierarchical = counter("telesum_hierarchical_records", "records summarised hierarchically")
+        self.prefix_hit_tokens = counter("telesum_prefix_hit_tokens",
+                                         "prompt tokens served from the prefix cache (not prefilled)")
+        self.prefix_lookup_tokens = counter("telesum_prefix_lookup_tokens",
+                                            "prompt tokens looked up in the prefix cache")
+        self.prefix_occupancy = gauge("telesum_prefix_cache_occupancy", "share of the prefix cache's blocks in use")
+        self._last_prefix: dict[str, float] = {}
         self._summarizer: Any = None
         self._last_sample = float("-inf")
 
@@ -201,6 +207,12 @@ class WorkerMetrics:
             weight = min(1.0, elapsed_s / _BUSY_WINDOW_S) if elapsed_s != float("inf") else 1.0
             self._busy += weight * ((1.0 if active else 0.0) - self._busy)
             self.engine_busy.set(self._busy)
+        prefix = getattr(summarizer, "prefix", None)
+        if prefix is not None:
+            stats = prefix.stats()
+            self._inc_delta(self._last_prefix, "hit_tokens", stats["hit_tokens"], self.prefix_hit_tokens)
+            self._inc_delta(self._last_prefix, "lookup_tokens", stats["lookup_tokens"], self.prefix_lookup_tokens)
+            self.prefix_occupancy.set(stats["occupancy"])
 
     @staticmethod
     def _inc_delta(last: dict, key: str, value: float, child) -> None:

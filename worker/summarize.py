@@ -167,4 +167,8 @@ def run(args: argparse.Namespace) -> int:
             summarizer.close(drain=False)
     log.info("%d summarised, %d skipped (already done), %d rejected (see %s)", counts["summarised"],
              len(done), counts["rejected"], rejects_path)
+    if summarizer.prefix is not None:
+        p = summarizer.prefix.stats()
+        log.info("prefix cache: %.1f %% of prompt tokens served from it (%d of %d), %d evictions",
+                 100 * p["hit_token_share"], p["hit_tokens"], p["lookup_tokens"], p["evictions"])
     return 1 if counts["rejected"] else 0

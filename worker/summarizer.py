@@ -22,6 +22,8 @@ from worker.dispatch import Backpressure
 from worker.engine.engine import Engine
 from worker.engine.errors import ContextTooLong, EngineClosed
 from worker.engine.kv_arena import KVArena
+from worker.engine.prefix_reuse import BLOCK_SIZE as PREFIX_BLOCK_SIZE
+from worker.engine.prefix_reuse import PrefixReuse
 from worker.engine.long_inputs import merge_prompt, plan_chunk_prompts
 from worker.engine.runner import ModelRunner
 from worker.engine.sequence import SamplingParams, Sequence, SequenceStatus
@@ -59,6 +61,13 @@ def default_kv_rows(cfg, dtype: torch.dtype, device: torch.device, *, token_budg
     return rows
 
 
+def prefix_region_rows(kv_rows: int) -> int:
+    """Rows of the KV arena kept for the prefix cache: a sixteenth, in whole blocks, from 4 blocks up to
+    65,536 rows (the heads of telesum's prompts are ~350-900 tokens per record kind)."""
+    rows = min(kv_rows // 16, 65536) // PREFIX_BLOCK_SIZE * PREFIX_BLOCK_SIZE
+    return rows if rows >= 4 * PREFIX_BLOCK_SIZE else 0
+
+
 @dataclass(eq=False)
 class _Request:
     request_id: Hashable
@@ -83,10 +92,11 @@ class Summarizer:
                  kv_capacity_rows: int | None = None, max_seqs_per_bin: int = 64,
                  sampling: SamplingParams | None = None, seed: int = 0, dispatcher=None,
                  max_context: int | None = None, preprocess_workers: int | None = None,
-                 max_pending_records: int = 4096) -> None:
+                 max_pending_records: int = 4096, prefix_cache: bool = True) -> None:
         """preprocess_workers: processes preparing records (facts, prompt, tokens); None = a default for
         the device (see worker.preprocess). max_pending_records: records accepted but not yet handed to
-        the engine, beyond which `submit` raises Backpressure."""
+        the engine, beyond which `submit` raises Backpressure. prefix_cache: keep the KV of prompt
+        heads in a region at the end of the arena (`prefix_region_rows`) and reuse it."""
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer
         # The prompts ask for one paragraph; the stop string ends the model's habit of adding another,
@@ -111,10 +121,14 @@ class Summarizer:
                                        pad_id=self.tokenizer.pad_token_id or 0)
         self.dispatcher = dispatcher
         self.max_seqs_per_bin = max_seqs_per_bin
-        self.arena = KVArena(cfg, kv_capacity_rows, dtype=param.dtype, device=self.device)
+        region = prefix_region_rows(kv_capacity_rows) if prefix_cache else 0
+        self.arena = KVArena(cfg, kv_capacity_rows, dtype=param.dtype, device=self.device, reserved_tail_rows=region)
+        self.prefix = (PrefixReuse(self.arena.cache, first_row=kv_capacity_rows - region,
+                                   num_blocks=region // PREFIX_BLOCK_SIZE) if region else None)
         self.engine = Engine(ModelRunner(loaded.model, self.arena.cache, self.device), self.dispatcher,
                              self.arena.slabs, eos_ids=tuple(cfg.eos_token_ids), max_context=self.max_context,
-                             detokenize=self._decode if self.params.stop else None, seed=seed)
+                             detokenize=self._decode if self.params.stop else None, seed=seed,
+                             prefix_reuse=self.prefix)
         self.preprocessor = Preprocessor(
             self.tokenizer, default_workers(self.device.type) if preprocess_workers is None else preprocess_workers)
         self.max_pending_records = max_pending_records

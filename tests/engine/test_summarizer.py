@@ -185,3 +185,21 @@ def test_summarizer_submit_raises_backpressure_past_max_pending(loaded):
                    max_pending_records=0)
     with pytest.raises(Backpressure, match="waiting"):
         s.submit("r0", _record(0))
+
+
+def test_summarizer_prefix_cache_same_summaries_and_serves_shared_heads(loaded):
+    records = [_record(i) for i in range(8)]
+    plain = _summarizer(loaded, prefix_cache=False)
+    cached = _summarizer(loaded, kv_capacity_rows=32768)
+    try:
+        assert plain.prefix is None and cached.prefix is not None
+        expected = [x.summary for x in plain.summarize_all(records[:1])]
+        expected += [x.summary for x in plain.summarize_all(records[1:])]
+        got = [x.summary for x in cached.summarize_all(records[:1])]  # the first record fills the cache
+        got += [x.summary for x in cached.summarize_all(records[1:])]
+        stats = cached.prefix.stats()
+    finally:
+        plain.close()
+        cached.close()
+    assert got == expected
+    assert stats["hits"] >= 7 and stats["hit_token_share"] > 0.3  # the system prompt and example are shared

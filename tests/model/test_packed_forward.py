@@ -74,15 +74,17 @@ def test_forward_decode_steps_equal_full_recompute(model):
         logits = [step[b:b + 1] for b in range(len(prompts))]
 
 
-def test_forward_pads_in_tape_pass_rejected(model):
-    kv = KVCache.allocate(model.cfg, 64, torch.float32, "cpu")
-    run_packed(model, _seqs([5]), kv=kv)
-    meta, pos = build_pass([3], [5], [0])
-    bad = type(meta)(**{**meta.__dict__, "slot_mapping": torch.tensor([5, 6, -1])})
-    with pytest.raises(ValueError, match="pads inside a query span"):
-        model(torch.tensor([1, 2, 3]), pos, bad, kv, torch.tensor([1]))
+def test_forward_suffix_after_cached_prefix_with_trailing_pads_matches_unpadded(model):
+    prompt = _seqs([12])[0]
+    outs = []
+    for pads in (0, 5):
+        kv = KVCache.allocate(model.cfg, 64, torch.float32, "cpu")
+        run_packed(model, [prompt[:7]], kv=kv)  # the cached prefix: rows 0..6
+        meta, pos = build_pass([5], [7], [0], pad_lens=[pads])
+        ids = torch.cat([prompt[7:], torch.zeros(pads, dtype=prompt.dtype)])
+        outs.append(model(ids, pos, meta, kv, torch.tensor([4])))
+    whole = run_packed(model, [prompt], all_logits=False)[0][0][-1]
+    assert rel_err(outs[0][0], whole) < TOL
+    assert rel_err(outs[1][0], outs[0][0]) < TOL  # pads counted by seqused_k change nothing
 
 
-def test_build_pass_pads_after_prefix_rejected():
-    with pytest.raises(ValueError, match="pads are only allowed"):
-        build_pass([3], [5], [0], pad_lens=[2])

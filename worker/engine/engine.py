@@ -20,6 +20,7 @@ import torch
 from worker.dispatch import DispatcherClosed, SequenceTooLong
 from worker.engine.errors import ContextTooLong, EngineClosed, OutOfMemory
 from worker.engine.kv_arena import SlabAllocator
+from worker.engine.prefix_reuse import PrefixReuse
 from worker.engine.runner import ModelRunner
 from worker.engine.sampling import OutputTape, SamplingBatch
 from worker.engine.scheduler import Decode, Fail, Plan, PrefillBin, PrefillChunk, Scheduler
@@ -73,9 +74,11 @@ class Engine:
 
     def __init__(self, runner: ModelRunner, dispatcher, slabs: SlabAllocator, *,
                  eos_ids: tuple[int, ...], max_context: int, chunk_tokens: int | None = None,
-                 detokenize=None, seed: int = 0) -> None:
+                 detokenize=None, seed: int = 0, prefix_reuse: PrefixReuse | None = None) -> None:
+        """prefix_reuse: the shared-prefix cache (its region lies outside `slabs`); None = off."""
         self.runner = runner
         self.dispatcher = dispatcher
+        self.prefix = prefix_reuse
         self.max_context = max_context
         self.scheduler = Scheduler(slabs, eos_ids=eos_ids, detokenize=detokenize,
                                    chunk_tokens=chunk_tokens or dispatcher.token_budget)
@@ -106,16 +109,22 @@ class Engine:
                 raise DispatcherClosed("the engine is closed")
             seq = Sequence(next(self._ids), tokens.tolist(), params)
             self._seqs[seq.seq_id] = seq
-        if len(tokens) > self.dispatcher.token_budget:
+        if self.prefix is not None:  # a cached head is copied in at admission; the bin holds the rest
+            seq.prefix_hit = hit = self.prefix.match(seq.prompt)
+            seq.prefix_len = hit.num_tokens
+        rest = tokens[seq.prefix_len:]
+        if len(rest) > self.dispatcher.token_budget:
             self._long_inbox.put(seq)
             return seq
         try:
-            self.dispatcher.submit(seq.seq_id, tokens, params.max_new_tokens)
+            self.dispatcher.submit(seq.seq_id, rest, params.max_new_tokens)
         except SequenceTooLong:  # alignment pads can push a prompt at the budget over it
             self._long_inbox.put(seq)
         except BaseException:
             with self._lock:
                 del self._seqs[seq.seq_id]
+            if self.prefix is not None:
+                self.prefix.release(seq)
             raise
         return seq
 
@@ -171,10 +180,14 @@ class Engine:
         cu = packed.cu_seqlens.tolist()  # host reads of the page-locked slot: no device sync
         lens = packed.seq_lens.tolist()
         ids = packed.seq_ids.tolist()
-        work = _BinWork(None, max(b - a for a, b in zip(cu, cu[1:])), max(lens))
-        work.device_bin = self.dispatcher.to_device(packed, self.runner.device)
         with self._lock:
             seqs = [self._seqs[i] for i in ids]
+        spans = [b - a for a, b in zip(cu, cu[1:])]
+        # After a cached head, each sequence sees its head and its whole span (pads included).
+        max_k = max(lens) if not any(s.prefix_len for s in seqs) else max(
+            s.prefix_len + span for s, span in zip(seqs, spans))
+        work = _BinWork(None, max(spans), max_k)
+        work.device_bin = self.dispatcher.to_device(packed, self.runner.device)
         self.scheduler.add_bin(work, seqs)
 
     def _execute(self, plan: Plan) -> None:
@@ -183,6 +196,11 @@ class Engine:
             self._emit(plan.seqs)
             return
         seqs = [plan.seq] if isinstance(plan, PrefillChunk) else plan.seqs
+        if self.prefix is not None and not isinstance(plan, Decode):
+            heads = [s for s in seqs if s.prefix_len and not s.prefix_in_slab]  # just admitted
+            self.prefix.copy_in(heads)
+            for s in heads:
+                s.prefix_in_slab = True
         try:
             tokens = self._run_model(plan, seqs)
         except Exception as exc:
@@ -194,6 +212,9 @@ class Engine:
             self._emit(seqs)
             return
         self._decode_ooms = 0
+        if self.prefix is not None and (isinstance(plan, PrefillBin) or (isinstance(plan, PrefillChunk)
+                                                                         and plan.is_last)):
+            self.prefix.remember(seqs)  # before postprocess may finish a sequence and free its slab
         self._emit(self.scheduler.postprocess(plan, tokens))
 
     def _after_out_of_memory(self, plan: Plan, seqs: list[Sequence], exc: BaseException) -> None:
@@ -225,7 +246,8 @@ class Engine:
         if isinstance(plan, PrefillBin):
             work: _BinWork = plan.bin
             logits = self.runner.prefill_bin(work.device_bin, [s.slab_start for s in seqs],
-                                             work.max_seqlen_q, work.max_seqlen_k)
+                                             work.max_seqlen_q, work.max_seqlen_k,
+                                             [s.prefix_len for s in seqs])
             rows = _SamplingRows.of(seqs)
         elif isinstance(plan, PrefillChunk):
             logits = self.runner.prefill_chunk(plan.seq.prompt[plan.start:plan.end], plan.start,
@@ -248,6 +270,9 @@ class Engine:
         return tokens.cpu().numpy()  # the step's one host sync
 
     def _emit(self, seqs: list[Sequence]) -> None:
+        if self.prefix is not None:  # a sequence that failed before its prompt was cached unpins its head
+            for seq in seqs:
+                self.prefix.release(seq)
         with self._lock:
             for seq in seqs:
                 self._seqs.pop(seq.seq_id, None)

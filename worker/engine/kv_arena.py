@@ -90,12 +90,16 @@ class SlabAllocator:
 class KVArena:
     """Owns the per-layer K/V tapes and the slab allocator over their rows. Engine thread only."""
 
-    def __init__(self, cfg, capacity_rows: int, *, dtype, device) -> None:
+    def __init__(self, cfg, capacity_rows: int, *, dtype, device, reserved_tail_rows: int = 0) -> None:
+        """reserved_tail_rows: the tape's last rows are kept out of the slabs (the prefix cache's region)."""
         from worker.model.kv_cache import KVCache
 
+        if not 0 <= reserved_tail_rows < capacity_rows:
+            raise ValueError(f"reserved_tail_rows must be in [0, {capacity_rows}), got {reserved_tail_rows}")
         self.cache = KVCache.allocate(cfg, capacity_rows, dtype, device)
-        self.slabs = SlabAllocator(capacity_rows)
+        self.slabs = SlabAllocator(capacity_rows - reserved_tail_rows)
 
     @property
     def capacity_rows(self) -> int:
+        """Rows the slabs may use (the tape less any reserved tail)."""
         return self.slabs.capacity

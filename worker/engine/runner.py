@@ -49,23 +49,33 @@ class ModelRunner:
         return out
 
     @torch.inference_mode()
-    def prefill_bin(self, bin, slab_starts: list[int], max_seqlen_q: int, max_seqlen_k: int) -> torch.Tensor:
-        """Prefill a packed device bin whose sequences own the given slabs -> float32 [B, V] last-token logits."""
+    def prefill_bin(self, bin, slab_starts: list[int], max_seqlen_q: int, max_seqlen_k: int,
+                    prefix_lens: list[int] | None = None) -> torch.Tensor:
+        """Prefill a packed device bin whose sequences own the given slabs -> float32 [B, V] last-token logits.
+
+        prefix_lens: rows already on each slab (a cached head); the bin then holds only the rest of
+        each prompt, at positions continuing from there, attending to the slab through the tape.
+        max_seqlen_k is the longest prefix + span then."""
         input_ids = bin.input_ids.long()                       # [T]
         position_ids = bin.position_ids.long()                 # [T] restart at 0 per sequence; pads continue
         cu_seqlens = bin.cu_seqlens.to(torch.int32)            # [B+1] spans include alignment pads
-        seq_lens = bin.seq_lens.to(torch.int32)                # [B] real lengths
+        seq_lens = bin.seq_lens.to(torch.int32)                # [B] real lengths (of what the bin holds)
         num_tokens = input_ids.shape[0]
-        (starts,) = self._upload(slab_starts)                  # [B]
+        from_zero = not prefix_lens or not any(prefix_lens)
+        starts, offsets = self._upload(slab_starts, prefix_lens if not from_zero else [0] * len(slab_starts))
         spans = cu_seqlens[1:] - cu_seqlens[:-1]               # [B]
         seg = torch.repeat_interleave(torch.arange(spans.shape[0], device=self.device), spans,
                                       output_size=num_tokens)  # [T] sequence index of each token
         is_real = position_ids < seq_lens[seg].long()          # [T] pads sit after the real tokens
+        if not from_zero:
+            position_ids = position_ids + offsets[seg]         # [T] continue after the cached head
         slot_mapping = torch.where(is_real, starts[seg] + position_ids, -1)  # [T]
+        # After a cached head the pass reads the slabs, and seqused_k counts a span's pads (see attention.py).
+        seqused_k = seq_lens if from_zero else (offsets + spans).to(torch.int32)
         attn = AttentionMetadata(
             cu_seqlens_q=cu_seqlens, max_seqlen_q=max_seqlen_q,
-            slab_starts=starts.to(torch.int32), seqused_k=seq_lens, max_seqlen_k=max_seqlen_k,
-            slot_mapping=slot_mapping, is_prefill_from_zero=True)
+            slab_starts=starts.to(torch.int32), seqused_k=seqused_k, max_seqlen_k=max_seqlen_k,
+            slot_mapping=slot_mapping, is_prefill_from_zero=from_zero)
         return self.model(input_ids, position_ids, attn, self.kv, bin.last_token_index.long())
 
     @torch.inference_mode()

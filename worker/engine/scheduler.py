@@ -163,6 +163,7 @@ class Scheduler:
             return None
         self.waiting_long.popleft()
         seq.slab_start = start
+        seq.num_prefilled = seq.prefix_len  # a cached head is copied in, not prefilled
         seq.prefill_started_at = time.perf_counter()
         seq.status = SequenceStatus.PREFILLING
         self.prefilling = seq
@@ -281,6 +282,7 @@ class Scheduler:
 
     def _free(self, seq: Sequence) -> None:
         self._shrunk_chunks.pop(seq.seq_id, None)
+        seq.prefix_in_slab = False
         if seq.slab_start >= 0:
             self.slabs.free(seq.slab_start)
             seq.slab_start = -1

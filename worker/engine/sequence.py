@@ -55,6 +55,9 @@ class Sequence:
     finish_reason: str | None = None  # "eos" | "length" | "stop"
     error: BaseException | None = None
     text: str | None = None       # decoded output, set when a stop string is checked
+    prefix_len: int = 0           # prompt tokens whose K/V come from the prefix cache (not prefilled)
+    prefix_hit: object | None = None  # the prefix cache's handle pinning them (PrefixHit), until cached
+    prefix_in_slab: bool = False  # the cached head has been copied into the current slab
     submitted_at: float = field(default_factory=time.perf_counter)
     prefill_started_at: float = 0.0
     first_token_at: float = 0.0

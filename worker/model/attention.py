@@ -4,9 +4,10 @@ Contract of one pass (AttentionMetadata): T query tokens of B sequences are pack
 sequence b's queries are rows cu_seqlens_q[b]:cu_seqlens_q[b+1]. Its keys are the KV-tape rows
 slab_starts[b] : slab_starts[b] + seqused_k[b] (this pass's K/V already written there), so query i
 of a span of length L sees keys j <= i + seqused_k[b] - L: the causal mask is aligned bottom-right,
-the way FlashAttention-2 aligns it. When `is_prefill_from_zero`, backends may use the fresh packed
-K/V instead and spans may end in alignment pads (their outputs are garbage, never used). Otherwise
-a span must hold only real new tokens, because bottom-right alignment counts pads as queries.
+the way FlashAttention-2 aligns it. Spans may end in alignment pads (slot -1; their outputs are
+garbage, never used): bottom-right alignment counts them as queries, so seqused_k must count them
+too (a span after a cached prefix of P rows: seqused_k = P + span), and real queries never see their
+rows. When `is_prefill_from_zero`, backends may use the fresh packed K/V instead of the tape.
 """
 
 from __future__ import annotations
@@ -46,14 +47,13 @@ def build_pass(new_lens: list[int], ctx_lens: list[int], slab_starts: list[int],
                pad_lens: list[int] | None = None, device="cpu") -> tuple[AttentionMetadata, torch.Tensor]:
     """Metadata and position ids [T] (int64) for sequences adding new_lens tokens after ctx_lens tape rows.
 
-    pad_lens adds trailing pads per span (slot -1, positions continuing); only valid from zero.
+    pad_lens adds trailing pads per span (slot -1, positions continuing); seqused_k counts them, so
+    the real queries' bottom-right causal window stays where it belongs.
     """
     pad_lens = pad_lens or [0] * len(new_lens)
     if not len(new_lens) == len(ctx_lens) == len(slab_starts) == len(pad_lens):
         raise ValueError("new_lens, ctx_lens, slab_starts and pad_lens must have one entry per sequence")
     from_zero = all(c == 0 for c in ctx_lens)
-    if any(pad_lens) and not from_zero:
-        raise ValueError("pads are only allowed when every sequence is prefilled from position 0")
     spans = [n + p for n, p in zip(new_lens, pad_lens)]
     cu = [0]
     slots: list[int] = []
@@ -62,7 +62,7 @@ def build_pass(new_lens: list[int], ctx_lens: list[int], slab_starts: list[int],
         cu.append(cu[-1] + n + p)
         slots += list(range(s + c, s + c + n)) + [-1] * p
         positions += list(range(c, c + n + p))
-    used = [c + n for c, n in zip(ctx_lens, new_lens)]
+    used = [c + n + p for c, n, p in zip(ctx_lens, new_lens, pad_lens)]
     meta = AttentionMetadata(
         cu_seqlens_q=torch.tensor(cu, dtype=torch.int32, device=device),
         max_seqlen_q=max(spans),
@@ -117,8 +117,6 @@ class SdpaBackend(AttentionBackend):
     def _check_span(meta, lo: int, hi: int, used: int) -> None:
         if hi - lo > used:
             raise ValueError(f"query span of {hi - lo} tokens exceeds the {used} KV rows it may see")
-        if bool((meta.slot_mapping[lo:hi] < 0).any()):
-            raise ValueError("pads inside a query span are only allowed when is_prefill_from_zero")
 
     @staticmethod
     def _decode(q, k_tape, v_tape, meta, scale):

@@ -42,6 +42,8 @@ class EngineSettings(MaskedRepr, msgspec.Struct, **_Struct):
     temperature: Annotated[float, opt("TELESUM_TEMPERATURE", "sampling temperature, 0 = greedy", ge=0)] = 0.0
     top_p: Annotated[float, opt("TELESUM_TOP_P", "nucleus sampling mass", gt=0, le=1)] = 1.0
     seed: Annotated[int, opt("TELESUM_SEED", "sampling seed", ge=0)] = 0
+    prefix_cache: Annotated[bool, opt("TELESUM_PREFIX_CACHE", "reuse the KV of prompt heads shared with "
+                                                              "recent prompts (prefill only the rest)")] = True
 
 
 class HttpSettings(MaskedRepr, msgspec.Struct, **_Struct):

@@ -1,0 +1,107 @@
+"""Shared-prefix KV reuse: a prompt whose head was prefilled recently gets that head's K/V copied
+into its slab and prefills only the rest.
+
+Every prompt starts with a system prompt and a worked example of its record kind (about half of a
+`short` record's ~1,100 tokens). `PrefixCache` keeps the K/V of whole blocks of prompt tokens in a
+region at the end of the KV tape; this module is its one user:
+
+- `match` (any thread, at `Engine.add`): the longest cached head of a prompt, pinned, so only the
+  rest goes to the dispatcher and into a bin;
+- `copy_in` (engine thread, at admission): the pinned rows copied into the sequence's new slab;
+- `remember` (engine thread, after the prompt's prefill): the prompt's new full blocks copied from
+  the slab into the cache, and the handle released.
+
+Copies run on the compute stream, so a copy, the prefill that reads it and any later reuse of the
+rows stay in order without waiting on the host. Thread-safe: one lock around the cache.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from worker.engine.prefix_cache import PrefixCache, PrefixHit
+from worker.engine.sequence import Sequence
+from worker.model.kv_cache import KVCache
+
+# Tokens per cached block. Smaller blocks match more of a head (a head loses < one block), larger
+# ones cost fewer hash-chain steps per lookup; 32 keeps a lookup of a 1,000-token head to ~30 steps.
+BLOCK_SIZE = 32
+
+
+class PrefixReuse:
+    """The prefix cache over rows [first_row, first_row + num_blocks * block_size) of one KV tape."""
+
+    def __init__(self, kv: KVCache, *, first_row: int, num_blocks: int, block_size: int = BLOCK_SIZE) -> None:
+        if first_row + num_blocks * block_size > kv.capacity_rows:
+            raise ValueError(f"a prefix region of {num_blocks} x {block_size} rows from row {first_row} "
+                             f"does not fit a tape of {kv.capacity_rows} rows")
+        self.kv = kv
+        self.cache = PrefixCache(block_size=block_size, num_blocks=num_blocks, first_row=first_row)
+        self._lock = threading.Lock()  # protects cache
+
+    # -- any thread -------------------------------------------------------------------------
+    def match(self, prompt: list[int]) -> PrefixHit:
+        """The cached head of `prompt` (never all of it), pinned until `release`/`remember`."""
+        with self._lock:
+            return self.cache.match(prompt)
+
+    def release(self, seq: Sequence) -> None:
+        """Unpin a sequence's head (it failed or left before `remember`). Idempotent."""
+        hit, seq.prefix_hit = seq.prefix_hit, None
+        if hit is not None:
+            with self._lock:
+                self.cache.release(hit)
+
+    def stats(self) -> dict[str, float]:
+        """Counters: lookups, lookup/hit tokens, share of prompt tokens served, occupancy, evictions."""
+        with self._lock:
+            c = self.cache
+            return {"lookups": c.num_lookups, "lookup_tokens": c.num_lookup_tokens, "hits": c.num_hits,
+                    "hit_tokens": c.num_hit_tokens, "inserted_blocks": c.num_inserted_blocks,
+                    "evictions": c.num_evictions, "occupancy": c.occupancy,
+                    "hit_token_share": c.num_hit_tokens / c.num_lookup_tokens if c.num_lookup_tokens else 0.0}
+
+    # -- engine thread ----------------------------------------------------------------------
+    def copy_in(self, seqs: list[Sequence]) -> None:
+        """Copy each sequence's cached head into the first rows of its (just allocated) slab."""
+        src, dst = [], []
+        for seq in seqs:
+            if seq.prefix_hit is not None and seq.prefix_len:
+                for block, rows in enumerate(seq.prefix_hit.rows):
+                    src.extend(rows)
+                    base = seq.slab_start + block * self.cache.block_size
+                    dst.extend(range(base, base + len(rows)))
+        self._copy_rows(src, dst)
+
+    def remember(self, seqs: list[Sequence]) -> None:
+        """After their prompts were prefilled: cache each prompt's new full blocks, release the heads."""
+        src, dst = [], []
+        size = self.cache.block_size
+        with self._lock:
+            for seq in seqs:
+                hit = seq.prefix_hit
+                if hit is None:
+                    continue
+                for offset, cache_row in self.cache.insert(seq.prompt, hit):
+                    src.extend(range(seq.slab_start + offset, seq.slab_start + offset + size))
+                    dst.extend(range(cache_row, cache_row + size))
+        self._copy_rows(src, dst)  # queued before anything can reuse the rows: the release below is safe
+        with self._lock:
+            for seq in seqs:
+                hit, seq.prefix_hit = seq.prefix_hit, None
+                if hit is not None:
+                    self.cache.release(hit)
+
+    @torch.inference_mode()
+    def _copy_rows(self, src: list[int], dst: list[int]) -> None:
+        if not src:
+            return
+        device = self.kv.k[0].device
+        index = torch.tensor([src, dst], dtype=torch.int64)
+        if device.type == "cuda":
+            index = index.pin_memory()
+        src_rows, dst_rows = index.to(device, non_blocking=True)
+        for tape in (*self.kv.k, *self.kv.v):
+            tape.index_copy_(0, dst_rows, tape.index_select(0, src_rows))
