@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import multiprocessing
 import os
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,24 +32,68 @@ def tokenize_messages(tokenizer, messages: list[dict[str, str]]) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def prepare(record: TelemetryRecord, tokenizer) -> Prepared:
-    """Facts and prompt token ids of one record."""
+_SENTINEL = " \x00telesum-content\x00 "  # leading/trailing spaces: a template that trims content shows
+
+
+class HeadTokenizer:
+    """Prompt token ids where every message but the last is a fixed head (the system prompt and the
+    worked examples of a record kind): each distinct head is rendered and tokenised once, and a record
+    costs only its last message's text. The split is at the chat template's message boundary, which
+    starts with a special token, so head ids + tail ids == the ids of the whole prompt (tested). A
+    template that changes message contents (trims them) or puts no special token at the boundary
+    falls back to rendering the whole prompt. Not thread-safe: one per thread or process."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self._heads: dict[tuple, tuple[list[int], str, str] | None] = {}
+
+    def __call__(self, messages: list[dict[str, str]]) -> list[int]:
+        head, last = messages[:-1], messages[-1]
+        key = tuple((m["role"], m["content"]) for m in head) + (last["role"],)
+        if key not in self._heads:
+            self._heads[key] = self._split(head, last["role"])
+        split = self._heads[key]
+        if split is None:
+            return tokenize_messages(self.tokenizer, messages)
+        head_ids, before, after = split
+        tail = self.tokenizer(before + last["content"] + after, add_special_tokens=False)["input_ids"]
+        return head_ids + list(tail)
+
+    def _split(self, head: list[dict[str, str]], role: str) -> tuple[list[int], str, str] | None:
+        tok = self.tokenizer
+        if not head:
+            return None
+        full = tok.apply_chat_template(head + [{"role": role, "content": _SENTINEL}], add_generation_prompt=True,
+                                       tokenize=False)
+        head_text = tok.apply_chat_template(head, add_generation_prompt=False, tokenize=False)
+        if not full.startswith(head_text) or full.count(_SENTINEL) != 1:
+            return None
+        before, after = full[len(head_text):].split(_SENTINEL)
+        specials = set(tok.all_special_tokens) | {str(t) for t in tok.added_tokens_decoder.values() if t.special}
+        if not any(before.startswith(t) for t in specials if t):
+            return None
+        return list(tok(head_text, add_special_tokens=False)["input_ids"]), before, after
+
+
+def prepare(record: TelemetryRecord, tokenizer, head_tokenizer: HeadTokenizer | None = None) -> Prepared:
+    """Facts and prompt token ids of one record (through `head_tokenizer` when given)."""
     facts = extract_facts(record)
-    ids = tokenize_messages(tokenizer, build_messages(record, facts))
+    messages = build_messages(record, facts)
+    ids = head_tokenizer(messages) if head_tokenizer is not None else tokenize_messages(tokenizer, messages)
     return Prepared(facts, np.asarray(ids, dtype=np.int32))
 
 
-_worker_tokenizer = None  # set in each pool process by _init_worker
+_worker_heads: HeadTokenizer | None = None  # set in each pool process by _init_worker
 
 
 def _init_worker(tokenizer) -> None:
-    global _worker_tokenizer
+    global _worker_heads
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one process, one core
-    _worker_tokenizer = tokenizer
+    _worker_heads = HeadTokenizer(tokenizer)
 
 
 def _prepare_in_worker(record: TelemetryRecord) -> Prepared:
-    return prepare(record, _worker_tokenizer)
+    return prepare(record, _worker_heads.tokenizer, _worker_heads)
 
 
 def default_workers(device_type: str) -> int:
@@ -67,6 +112,8 @@ class Preprocessor:
             raise ValueError(f"workers must be >= 0, got {workers}")
         self.tokenizer = tokenizer
         self.workers = workers
+        self._heads = HeadTokenizer(tokenizer)
+        self._heads_lock = threading.Lock()  # protects _heads (in-thread preparation)
         self._pool = None
         if workers:
             # spawn, not fork: the serving process runs native and CUDA threads that a fork would copy mid-state
@@ -79,7 +126,8 @@ class Preprocessor:
             return self._pool.submit(_prepare_in_worker, record)
         future: concurrent.futures.Future = concurrent.futures.Future()
         try:
-            future.set_result(prepare(record, self.tokenizer))
+            with self._heads_lock:
+                future.set_result(prepare(record, self.tokenizer, self._heads))
         except Exception as exc:  # noqa: BLE001 - the record's own failure, reported through its future
             future.set_exception(exc)
         return future

@@ -163,10 +163,10 @@ def test_summarizer_record_failing_preparation_comes_back_as_its_error(loaded, m
 
     real = worker.preprocess.prepare
 
-    def prepare(record, tokenizer):
+    def prepare(record, *args):
         if record.id == "r1":
             raise ValueError("cannot render r1")
-        return real(record, tokenizer)
+        return real(record, *args)
 
     monkeypatch.setattr(worker.preprocess, "prepare", prepare)
     s = _summarizer(loaded)
@@ -203,3 +203,16 @@ def test_summarizer_prefix_cache_same_summaries_and_serves_shared_heads(loaded):
         cached.close()
     assert got == expected
     assert stats["hits"] >= 7 and stats["hit_token_share"] > 0.3  # the system prompt and example are shared
+
+
+def test_head_tokenizer_concatenation_equals_tokenising_the_whole_prompt(loaded):
+    from worker.preprocess import HeadTokenizer, tokenize_messages
+    from worker.telemetry import generate
+
+    heads = HeadTokenizer(loaded.tokenizer)
+    records = [r for r, _ in generate(24, "short", seed=3)] + [_record(i) for i in range(3)]
+    kinds = {r.kind for r in records}
+    for record in records:
+        messages = build_messages(record, extract_facts(record))
+        assert heads(messages) == tokenize_messages(loaded.tokenizer, messages), record.id
+    assert len(kinds) >= 4 and all(v is not None for v in heads._heads.values())  # every kind split, none fell back
