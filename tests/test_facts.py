@@ -92,7 +92,10 @@ def test_ves_event_list_worst_severity_and_count():
     minor = copy.deepcopy(VES_FAULT["event"])
     minor["faultFields"].update(eventSeverity="MINOR", specificProblem="Fan tray 1 failure")
     f = _facts("ves", {"eventList": [minor, VES_FAULT["event"]]})
-    assert (f.severity, f.problem, f.event_count) == ("major", "Physical link down on port 3", 2)
+    assert (f.severity, f.event_count) == ("major", 2)
+    assert f.problem == "Physical link down on port 3; Fan tray 1 failure"  # every event counts
+    assert [(p.text, p.severity, p.count) for p in f.problems] == [
+        ("Physical link down on port 3", "major", 1), ("Fan tray 1 failure", "minor", 1)]
 
 
 def test_ves_missing_header_fields_named_in_facts_error():
@@ -131,23 +134,24 @@ def test_ves_heartbeat_and_busy_measurement():
 def test_syslog_burst_worst_severity_problem_span_and_count():
     f = _facts("syslog", SYSLOG_BURST)
     assert f.entity == "gnb-0042" and f.severity == "major"
-    assert f.problem == "NG link to AMF-02 down: SCTP association lost"
+    assert f.problem == "ngap: NG link to AMF-02 down: SCTP association lost (2 times); fanctl: fan 2 speed below minimum"
     assert (f.first_seen, f.last_seen) == ("2026-11-29T09:00:05Z", "2026-11-29T10:02:00Z")
     assert f.event_count == 5
     assert f.details["app"] == "ngap" and f.details["msgid"] == "LINKDOWN"
     assert f.details["syslogSeverity"] == "err" and f.details["worstSeverityCount"] == "2"
-    assert f.details["hosts"] == "gnb-0042, gnb-0043"
+    assert f.details["hosts"] == "gnb-0042, gnb-0043" and f.details["unparsedLines"] == "1"
 
 
 def test_syslog_rfc3164_host_app_and_severity_from_pri():
     f = _facts("syslog", "<10>Nov 29 10:00:00 core-rtr-1 bgpd[812]: BGP peer 10.0.0.1 down\n"
-                         "<14>Nov 29 10:00:03 core-rtr-1 sshd[22]: session opened")
+                         "<14>Nov 29 10:00:03 core-rtr-1 sshd[22]: session opened", timestamp="2026-12-01T00:00:00Z")
     assert (f.entity, f.severity, f.details["app"]) == ("core-rtr-1", "critical", "bgpd")
-    assert f.problem == "BGP peer 10.0.0.1 down" and f.first_seen == "Nov 29 10:00:00"
+    assert f.problem == "bgpd: BGP peer 10.0.0.1 down"
+    assert (f.first_seen, f.year_source) == ("2026-11-29T10:00:00Z", "record timestamp")
 
 
 def test_syslog_without_syslog_lines_falls_back_with_error():
-    f = _facts("syslog", "2026-11-29 10:00:00 router-7 ERROR interface ge-0/0/1 down")
+    f = _facts("syslog", "router-7 reports: interface ge-0/0/1 down, ERROR")
     assert "syslog" in f.facts_error and f.entity == "router-7" and f.severity == "major"
 
 
@@ -195,12 +199,19 @@ def test_trace_garbage_falls_back_with_error():
 
 
 def test_text_generic_hosts_severity_error_words_span():
-    f = _facts("text", "2026-11-29 10:00:00 core-router-7 WARNING high temperature\n"
-                       "2026-11-29 10:05:00 core-router-7 CRITICAL power supply 2 failed\nall good")
+    f = _facts("text", "at 2026-11-29 10:00:00 core-router-7 WARNING high temperature\n"
+                       "at 2026-11-29 10:05:00 core-router-7 CRITICAL power supply 2 failed\nall good")
     assert (f.entity, f.severity) == ("core-router-7", "critical")
-    assert f.problem == "core-router-7 CRITICAL power supply 2 failed"
+    assert f.problem == "at 2026-11-29 10:05:00 core-router-7 CRITICAL power supply 2 failed"
     assert (f.first_seen, f.last_seen) == ("2026-11-29T10:00:00Z", "2026-11-29T10:05:00Z")
     assert "failed" in f.details["errorWords"]
+
+
+def test_text_of_log_lines_read_as_a_log_window():
+    f = _facts("text", "2026-11-29 10:00:00 core-router-7 WARNING high temperature\n"
+                       "2026-11-29 10:05:00 core-router-7 CRITICAL power supply 2 failed")
+    assert (f.entity, f.severity, f.event_count) == ("core-router-7", "critical", 2)
+    assert f.problem.startswith("CRITICAL power supply 2 failed")
 
 
 def test_record_timestamp_used_when_body_has_no_time():

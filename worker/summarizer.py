@@ -27,7 +27,8 @@ from worker.engine.runner import ModelRunner
 from worker.engine.sequence import SamplingParams, Sequence, SequenceStatus
 from worker.facts import extract_facts
 from worker.messages import Facts, Summary, TelemetryRecord, Timings
-from worker.prompts import REPETITION_PENALTY, STOP_STRINGS, build_messages
+from worker.prompts import build_messages
+from worker.sampling_defaults import REPETITION_PENALTY, STOP_STRINGS
 
 # A closed summarizer's thread finishes its step; joining longer than this means it is stuck.
 _JOIN_POLL_S = 0.05

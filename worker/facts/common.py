@@ -42,15 +42,42 @@ def parse_iso(text: str) -> datetime | None:
         return None
 
 
-def epoch_micros_to_iso(value) -> str | None:
-    """VES `*EpochMicrosec` (int, float or numeric string) to ISO UTC; None when unusable."""
+# Epoch values by magnitude (a field named for one unit often holds another): below 1e11 is
+# seconds (up to year 5138), below 1e14 milliseconds, below 1e17 microseconds, else nanoseconds.
+EPOCH_UNITS = ((1e11, "seconds", 1.0), (1e14, "milliseconds", 1e3), (1e17, "microseconds", 1e6),
+               (1e20, "nanoseconds", 1e9))
+
+
+def epoch_unit(value) -> tuple[str, float] | None:
+    """(unit name, seconds) of an epoch number, the unit told by its magnitude; None when unusable."""
     try:
-        micros = float(value)
+        number = float(value)
     except (TypeError, ValueError):
         return None
-    if not 0 < micros < 4e15:  # beyond year 2096: not microseconds
+    if not number > 0 or number != number:
         return None
-    return iso_utc(datetime.fromtimestamp(micros / 1e6, tz=timezone.utc))
+    for limit, unit, per_second in EPOCH_UNITS:
+        if number < limit:
+            return unit, number / per_second
+    return None
+
+
+def epoch_to_iso(value) -> str | None:
+    """An epoch number in seconds, milliseconds, micro- or nanoseconds (told by magnitude) as ISO
+    UTC; None when it is not a number or not a plausible time."""
+    found = epoch_unit(value)
+    if found is None or found[1] < 86_400:  # the first day of 1970: a counter, not a time
+        return None
+    try:
+        return iso_utc(datetime.fromtimestamp(found[1], tz=timezone.utc))
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def epoch_micros_to_iso(value) -> str | None:
+    """VES `*EpochMicrosec` to ISO UTC, read by magnitude (milliseconds and seconds are common in
+    the field); None when unusable."""
+    return epoch_to_iso(value)
 
 
 ISO_TIME = re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?")
