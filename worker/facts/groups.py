@@ -30,6 +30,8 @@ _ADDRESS = re.compile(r"(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?|[0-9a-fA-F]{0,4}(?::[0-
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?%?")
 _EDGE_PUNCT = re.compile(r"^((?:[A-Za-z_][\w.-]*=)?[\[(\"'<]*)(.*?)([\])\"'>,;:.!?]*)$")
 _WILD = "<*>"
+_DIGITS = re.compile(r"\d{3,}")
+_EMPTY_KEY = re.compile(r"[A-Za-z_][\w.-]*=")
 
 
 @dataclass
@@ -83,11 +85,10 @@ class Group:
         out: list[str] = []
         for i, word in enumerate(self.words):
             counter = self.values.get(i)
-            if counter is None or len(counter) == 0:
-                out.append(word)
-                continue
-            if len(counter) == 1:
-                out.append(next(iter(counter)))
+            if counter is None or len(counter) == 0 or len(counter) == 1:
+                value = next(iter(counter)) if counter else word
+                if not _EMPTY_KEY.fullmatch(value):  # `ruser=` with nothing: noise
+                    out.append(value)
                 continue
             if out and out[-1].lower() == "port":
                 out.pop()  # `port 45378` that varied
@@ -120,10 +121,15 @@ def _summarise(counter: Counter) -> str:
         numbers = [float(c.rstrip("%")) for c in cores]
         unit = "%" if cores[0].endswith("%") else ""
         return f"{lead}{min(numbers):g}{unit}-{max(numbers):g}{unit}{tail}"
+    if all(_DIGITS.search(c) for c in cores):  # ids and counters: their shape is enough
+        shapes = {_DIGITS.sub("N", c) for c in cores}
+        if len(shapes) == 1:
+            return f"{lead}{shapes.pop()}{tail}"
     ranked = [c for c, _ in sorted(zip(cores, counter.values()), key=lambda cv: -cv[1])]
     if len(ranked) == 2:
         return f"{lead}{ranked[0]} or {ranked[1]}{tail}"
-    others = "many others" if many == "many" else f"{len(ranked) - 2} others"
+    others = "many others" if many == "many" else (
+        "1 other" if len(ranked) == 3 else f"{len(ranked) - 2} others")
     return f"{lead}{ranked[0]}, {ranked[1]} and {others}{tail}"
 
 
