@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +19,7 @@ from worker.benchmarks.quality import (
 )
 from worker.cli import main
 from worker.messages import Facts, TelemetryRecord
-from worker.prompts import render_body
+from worker.prompts import EXAMPLE_VALUES, render_body
 
 
 @pytest.mark.parametrize("summary", [
@@ -98,7 +99,7 @@ def test_score_and_aggregate_per_kind_and_overall():
     truth = Facts(entity="gNB-0642", severity="major", problem="BGP down", details={"problemKeywords": "bgp, down"})
     good = score(record, truth, "gNB-0642 lost its BGP session (peer down), a major fault at 00:03 UTC.")
     bad = score(record, truth, LINES[0])
-    assert good == {"entity": True, "problem": True, "severity": True, "echo": False, "empty": False}
+    assert good == {"agrees": False, "entity": True, "problem": True, "severity": True, "echo": False, "empty": False}
     assert bad["echo"] and not bad["severity"]
     rows = [{"kind": "syslog", "length": "short", "score": good}, {"kind": "pm", "length": "short", "score": bad}]
     groups = aggregate(rows)
@@ -115,6 +116,27 @@ def test_corpus_mixed_records_renamed_and_long_ones_marked():
     assert lengths[items[5][0].id][0] == "long" and lengths[items[5][0].id][1] > 1000  # mixed index 1 is long
     with pytest.raises(ValueError, match="--mixed"):
         corpus(3, 4, seed=0)
+
+
+def test_corpus_real_records_last_and_of_real_shapes():
+    items = corpus(8, 2, seed=1, real=4)
+    assert [r.id.startswith("real-") for r, _, _ in items] == [False] * 4 + [True] * 4
+    assert {r.attributes["shape"] for r, _, _ in items[4:]} == {"real-log", "real-ves"}
+    with pytest.raises(ValueError, match="--real"):
+        corpus(4, 2, seed=0, real=3)
+
+
+RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results" / "quality_records.jsonl"
+
+
+def test_committed_quality_summaries_hold_no_worked_example_value():
+    """Nothing from a worked example (its elements, its date and times) may appear in a summary of
+    another record: checked on every summary the committed benchmark run produced."""
+    rows = [json.loads(line) for line in RESULTS.read_text().splitlines()]
+    assert len(rows) >= 40
+    for row in rows:
+        for value in EXAMPLE_VALUES:
+            assert value.lower() not in row["summary"].lower(), (row["id"], value, row["summary"])
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from datetime import datetime
 
-from worker.facts.common import SEVERITIES, SEVERITY_RANK, clip, iso_utc
+from worker.facts.common import SEVERITIES, SEVERITY_RANK, aimed_at_model, clip, iso_utc
 from worker.facts.groups import Group, group_messages
 from worker.facts.levels import PRI_SEVERITY
 from worker.facts.loglines import LogLine, parse_line
@@ -73,8 +73,10 @@ def parse(text: str, reference: datetime | None = None, reference_source: str = 
     if not lines:
         return None
     groups = group_messages((line.app, line.text, line.severity, line.time, line.host) for line in lines)
-    leading = _problem_groups(groups)
-    worst = min((line.severity for line in lines), key=SEVERITY_RANK.__getitem__)
+    addressed = [g for g in groups if aimed_at_model(g.text())]
+    trusted = [g for g in groups if g not in addressed] or groups
+    leading = _problem_groups(trusted)
+    worst = min((g.severity for g in trusted), key=SEVERITY_RANK.__getitem__)
     hosts = Counter(line.host for line in lines if line.host)
     apps = Counter(line.app for line in lines if line.app)
     entity = leading[0].main_host() or (hosts.most_common(1)[0][0] if hosts else None)
@@ -99,6 +101,8 @@ def parse(text: str, reference: datetime | None = None, reference_source: str = 
         details["apps"] = ", ".join(a for a, _ in apps.most_common(8))
     if unparsed:
         details["unparsedLines"] = str(unparsed)
+    if addressed:
+        details["linesAddressingModel"] = str(sum(g.count for g in addressed))
     year_source = reference_source if any(not line.year_known for line in lines if line.time) else None
     return Facts(
         entity=entity,

@@ -23,11 +23,12 @@ from worker.prompts.text import (
     render_body,
     split_into_chunks,
     trim_to_tokens,
+    withhold_instructions,
 )
 
 __all__ = [
     "CHUNK_SYSTEM_PROMPT", "COMPRESSED_KINDS", "EXAMPLES", "EXAMPLE_VALUES",
     "MAX_PROMPT_DETAILS", "STRUCTURED_BODY_TOKENS", "STRUCTURED_KINDS", "SYSTEM_PROMPT", "TokenCounter",
     "approx_tokens", "build_chunk_messages", "build_merge_messages", "build_messages", "compress_repeats",
-    "render_body", "render_facts", "render_key_facts", "split_into_chunks", "trim_to_tokens",
+    "render_body", "render_facts", "render_key_facts", "split_into_chunks", "trim_to_tokens", "withhold_instructions",
 ]

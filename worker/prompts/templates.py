@@ -11,7 +11,7 @@ from __future__ import annotations
 from worker.messages import Facts, TelemetryRecord
 from worker.prompts.examples import EXAMPLES
 from worker.prompts.text import (COMPRESSED_KINDS, TokenCounter, compress_repeats, render_body,
-                                 trim_to_tokens)
+                                 trim_to_tokens, withhold_instructions)
 
 SYSTEM_PROMPT = (
     "You are a network operations assistant. For an on-call operator you summarise telecom "
@@ -96,8 +96,8 @@ def _instruction(facts: Facts) -> str:
     span = _time_span(facts)
     parts = [f"the element {facts.entity}" if facts.entity else "that the record names no affected element",
              f"what went wrong ({facts.problem})" if facts.problem else "what went wrong",
-             f'the severity as "severity {facts.severity}"' if facts.severity else "how severe it is",
-             f"the time ({span})" if span else "when it happened"]
+             f"the time ({span})" if span else "when it happened",
+             f'the severity as "severity {facts.severity}"' if facts.severity else "how severe it is"]
     start = f" Start with {facts.entity}." if facts.entity else ""
     return ("Summarise it in one sentence of your own words that names " + ", ".join(parts[:-1])
             + f" and {parts[-1]}.{start}")
@@ -124,7 +124,7 @@ def build_messages(
     (user + assistant each), then the record (de-duplicated; trimmed to `body_token_limit` tokens by
     `count_tokens` or chars/4 when a limit is given, PM and VES bodies always to at most
     `STRUCTURED_BODY_TOKENS`), its facts and an instruction that repeats the facts to carry."""
-    body = render_body(record)
+    body = withhold_instructions(render_body(record))
     if record.kind in COMPRESSED_KINDS:
         body = compress_repeats(body)
     if record.kind in STRUCTURED_KINDS:
@@ -149,7 +149,7 @@ def build_chunk_messages(
     user = (
         f"Record type: {_describe(record)}.\n"
         f"Part {index} of {total} of the record{_collapsed(record)}:\n"
-        f"{compress_repeats(chunk_text) if record.kind in COMPRESSED_KINDS else chunk_text}\n\n"
+        f"{withhold_instructions(compress_repeats(chunk_text) if record.kind in COMPRESSED_KINDS else chunk_text)}\n\n"
         "In one or two sentences, say which elements had which problems in this part, "
         "how severe, and when."
     )
