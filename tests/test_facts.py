@@ -429,3 +429,13 @@ def test_narrative_check_flags_what_disagrees(summary, failed, words):
     check = check_narrative(summary, extract_facts(record), record)
     assert not check.agrees and not getattr(check, failed)
     assert any(words in issue.lower() for issue in check.issues), check.issues
+
+
+def test_extract_facts_agrees_with_real_profile_ground_truth():
+    for record, truth in generate(96, "real", seed=8):
+        f = extract_facts(record)
+        assert (f.entity, f.severity) == (truth.entity, truth.severity), (record.id, f)
+        for keyword in truth.details["problemKeywords"].split(", "):
+            assert keyword in f.problem.lower(), (record.id, keyword, f.problem)
+        if truth.first_seen:
+            assert f.first_seen == truth.first_seen, (record.id, f.first_seen, truth.first_seen)

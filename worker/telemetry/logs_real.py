@@ -32,10 +32,9 @@ def _ip(rng: random.Random) -> str:
     return f"{rng.choice((61, 112, 183, 203, 218, 221))}.{rng.randrange(256)}.{rng.randrange(256)}.{rng.randrange(1, 255)}"
 
 
-# scenario -> (app, pid, facility, syslog severity, message) generators; the first is the problem
-def _sshd(rng, pool):
+# scenario -> (app, facility, syslog severity, message) by a roll in [0, 1); a roll of 0 is the problem
+def _sshd(rng, pool, roll):
     user = rng.choice(USERS)
-    roll = rng.random()
     if roll < 0.55:
         return "sshd", FACILITY_AUTH, 6, f"Failed password for root from {rng.choice(pool)} port {rng.randrange(1024, 65535)} ssh2"
     if roll < 0.7:
@@ -46,29 +45,29 @@ def _sshd(rng, pool):
     return "sshd", FACILITY_AUTH, 6, f"Received disconnect from {rng.choice(pool)} port {rng.randrange(1024, 65535)}:11: Bye Bye [preauth]"
 
 
-def _cron(rng, pool):
-    if rng.random() < 0.5:
+def _cron(rng, pool, roll):
+    if roll < 0.5:
         return "CRON", FACILITY_CRON, 6, "pam_unix(cron:session): session opened for user root by (uid=0)"
     return "CRON", FACILITY_CRON, 6, "pam_unix(cron:session): session closed for user root"
 
 
-def _oom(rng, pool):
-    if rng.random() < 0.4:
+def _oom(rng, pool, roll):
+    if roll < 0.4:
         pid = rng.randrange(1000, 60000)
         return "kernel", FACILITY_KERN, 3, (f"Out of memory: Killed process {pid} (java) total-vm:{rng.randrange(10**6, 10**7)}kB, "
                                             f"anon-rss:{rng.randrange(10**5, 10**6)}kB")
     return "kernel", FACILITY_KERN, 6, f"[{rng.uniform(1e3, 1e6):.6f}] audit: type=1400 apparmor=\"ALLOWED\" operation=\"open\""
 
 
-def _ext4(rng, pool):
-    if rng.random() < 0.5:
+def _ext4(rng, pool, roll):
+    if roll < 0.5:
         return "kernel", FACILITY_KERN, 3, (f"EXT4-fs error (device sda{rng.randrange(1, 4)}): ext4_find_entry:{rng.randrange(1000, 2000)}: "
                                             f"inode #{rng.randrange(2, 99999)}: comm rsync: reading directory lblock 0")
     return "systemd", 3, 6, "Started Session of user backup."
 
 
-def _link(rng, pool):
-    if rng.random() < 0.5:
+def _link(rng, pool, roll):
+    if roll < 0.5:
         return "kernel", FACILITY_KERN, 3, f"e1000e: eth{rng.randrange(2)}: NIC Link is Down"
     return "dhclient", FACILITY_KERN, 6, f"DHCPREQUEST on eth0 to {rng.choice(pool)} port 67"
 
@@ -146,8 +145,8 @@ def make(index: int, lines: int, rng: random.Random) -> tuple[TelemetryRecord, F
         name = rng.choice(list(SCENARIOS))
         maker, severity, problem, keywords = SCENARIOS[name]
         pool = [_ip(rng) for _ in range(rng.randrange(2, 9))]
-        for _ in range(lines):
-            app, facility, sev, text = maker(rng, pool)
+        for i in range(lines):
+            app, facility, sev, text = maker(rng, pool, 0.0 if i == 0 else rng.random())  # the problem shows
             body.append(_format(shape, when, host, app, rng.randrange(300, 32000), facility, sev, text, rng))
             times.append(when)
             when += timedelta(seconds=rng.randrange(1, 45), microseconds=rng.randrange(10**6))
