@@ -122,6 +122,17 @@ AIMED_AT_MODEL = re.compile(
     re.IGNORECASE)
 
 
+# Every match of AIMED_AT_MODEL holds one of these: a substring test is ~50x cheaper than the regex.
+_TRIGGERS = ("ignore", "disregard", "forget", "clear", "healthy", "no problem", "no issue", "no action",
+             "system", "assistant", "user", "you are", "everything is")
+
+
+def might_address_model(text: str) -> bool:
+    """A cheap pre-test: False means `text` certainly holds no AIMED_AT_MODEL match."""
+    low = text.lower()
+    return any(t in low for t in _TRIGGERS)
+
+
 def aimed_at_model(text: str) -> bool:
     """True when `text` reads as an instruction to the model rather than telemetry."""
-    return AIMED_AT_MODEL.search(text) is not None
+    return might_address_model(text) and AIMED_AT_MODEL.search(text) is not None

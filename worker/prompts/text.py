@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from worker.facts.common import AIMED_AT_MODEL
+from worker.facts.common import AIMED_AT_MODEL, might_address_model
 from worker.messages import TelemetryRecord
 
 TokenCounter = Callable[[str], int]
@@ -61,7 +61,7 @@ WITHHELD = "[a line addressed to the model was withheld]"
 def withhold_instructions(text: str) -> str:
     """`text` with every line that addresses the model ("ignore the above ...") replaced by
     `WITHHELD`: record content is data, and a small model obeys what it reads."""
-    if AIMED_AT_MODEL.search(text) is None:  # the common case: one pass, no split
+    if not might_address_model(text) or AIMED_AT_MODEL.search(text) is None:  # the common case
         return text
     return "\n".join(WITHHELD if AIMED_AT_MODEL.search(line) else line for line in text.split("\n"))
 
