@@ -304,6 +304,8 @@ REF = datetime(2026, 1, 5, tzinfo=timezone.utc)
     ("1764410400 10.1.2.3 <11>Mar  2 08:14:05 sshd[12]: error: kex_exchange_identification", "rfc3164", "10.1.2.3",
      "sshd", "major"),
     ("2026-03-02 08:14:05,123 ERROR [main] com.acme.Foo: boom", "iso", None, None, "major"),
+    ("- 1131567345 2005.11.09 cl-admin2 Nov 9 12:15:45 local@cl-admin2 /opt/x86_64/ganglia/sbin/gmetad[1703]: "
+     "poll of source [rack_B4] timed out", "bsd", "cl-admin2", "gmetad", "warning"),  # never `x86_64`
 ])
 def test_parse_line_each_shape_host_app_severity(line, shape, host, app, severity):
     parsed = parse_line(line, REF)

@@ -99,7 +99,7 @@ def test_build_messages_worked_example_precedes_record_and_shares_nothing_with_i
     messages = build_messages(_record("<11>1 2026-11-29T10:00:00Z gnb-0042 s1ap - - - x"), FACTS)
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
     example_answer = messages[2]["content"]
-    assert example_answer.startswith("olt-lab-3") and "severity minor" in example_answer
+    assert example_answer.startswith("olt-lab-3") and "severity warning" in example_answer
     assert "gnb-0042" not in messages[1]["content"] + example_answer
 
 

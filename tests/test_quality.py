@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from worker.benchmarks.quality import (
     aggregate,
@@ -20,6 +21,7 @@ from worker.benchmarks.quality import (
 from worker.cli import main
 from worker.messages import Facts, TelemetryRecord
 from worker.prompts import EXAMPLE_VALUES, render_body
+from worker.telemetry import generate
 
 
 @pytest.mark.parametrize("summary", [
@@ -156,3 +158,29 @@ def test_bench_quality_tiny_sample_runs_end_to_end(tmp_path, capsys):
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 4 and all(r["summary"] and r["facts"]["entity"] for r in rows)
     assert chart.stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_whole_real_log_goes_hierarchical_and_its_summary_names_the_host():
+    """A multi-thousand-line real-shaped log as one record, on the real SmolLM2 with a context too
+    small for it: summarised in pieces, then merged; the merged summary still names the host."""
+    from worker.model import embedded_model_path, load_model
+    from worker.summarizer import Summarizer
+
+    try:
+        path = embedded_model_path()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    record, truth = next(r for r in generate(8, "real-long", 5) if r[0].attributes["format"] == "bsd")
+    assert len(record.body.splitlines()) >= 2000
+    summarizer = Summarizer(load_model(path, device=torch.device("cpu")), token_budget=1024, max_new_tokens=48,
+                            max_seqs_per_bin=8, max_context=640)
+    summarizer.start()
+    try:
+        (summary,) = list(summarizer.summarize_all([record]))
+    finally:
+        summarizer.close()
+    print("hierarchical summary:", summary.chunks, "chunks:", summary.summary)
+    assert summary.hierarchical and summary.chunks >= 2
+    assert summary.facts.entity == truth.entity and entity_named(summary.summary, truth.entity)
+    assert summary.narrative is not None and summary.narrative.names_element

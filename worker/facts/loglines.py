@@ -93,11 +93,11 @@ def _host_tag_message(rest: str) -> tuple[str | None, str | None, str | None, st
     tag = _TAG.match(first)
     if tag and not _ADDRESS.fullmatch(first[:-1]):  # `sshd[12]: ...` with no host
         return None, tag.group(1), tag.group(2), after
-    host = first.split("/", 1)[0] or None  # `dn228/dn228`: the node named twice
+    host = first.split("/", 1)[0].rsplit("@", 1)[-1] or None  # `dn228/dn228`, `local@tbird-admin1`
     second, _, message = after.partition(" ")
     tag = _TAG.match(second)
-    if tag:
-        return host, tag.group(1), tag.group(2), message
+    if tag:  # `/apps/x86_64/sbin/gmetad[1682]:` is the program gmetad
+        return host, tag.group(1).rstrip("/").rsplit("/", 1)[-1] or tag.group(1), tag.group(2), message
     return host, None, None, after
 
 

@@ -25,11 +25,11 @@ EXAMPLES: dict[str, tuple[Example, ...]] = {
         "syslog",
         "Jul 14 17:42:05 olt-lab-3 ponmgr[311]: ONU 12 on PON port 2 dying gasp received  [repeated 4 times]\n"
         "Jul 14 17:42:30 olt-lab-3 oamd[120]: heartbeat sent to OSS, sequence 52",
-        Facts(entity="olt-lab-3", severity="minor", problem="ponmgr: ONU 12 on PON port 2 dying gasp received "
+        Facts(entity="olt-lab-3", severity="warning", problem="ponmgr: ONU 12 on PON port 2 dying gasp received "
               "(4 times)", first_seen="2019-07-14T17:42:05Z", last_seen="2019-07-14T17:42:30Z", event_count=5,
               details={"app": "ponmgr"}),
-        "olt-lab-3: ONU 12 on PON port 2 dying gasp received, 4 times between 17:42 and 17:43 UTC on "
-        "2019-07-14; severity minor."),),
+        "olt-lab-3, severity warning: ONU 12 on PON port 2 dying gasp received, 4 times between 17:42 and "
+        "17:43 UTC on 2019-07-14."),),
     "trace": (_example(
         "trace",
         "2019-07-14T17:42:05.120Z gNB-lab-1 -> AMF-lab-2 NGAP PagingRequest ue=5521\n"
@@ -38,8 +38,8 @@ EXAMPLES: dict[str, tuple[Example, ...]] = {
         Facts(entity="gNB-lab-1", severity="minor", problem="paging rejected: O&M intervention (2 rejects)",
               first_seen="2019-07-14T17:42:05Z", last_seen="2019-07-14T17:42:06Z", event_count=3,
               details={"elements": "gNB-lab-1, AMF-lab-2"}),
-        "gNB-lab-1: paging rejected by AMF-lab-2 for an O&M intervention, 2 rejects at 17:42 UTC on "
-        "2019-07-14; severity minor."),),
+        "gNB-lab-1, severity minor: paging rejected by AMF-lab-2 for an O&M intervention, 2 rejects at "
+        "17:42 UTC on 2019-07-14."),),
     "pm": (_example(
         "pm",
         '<managedElement localDn="ManagedElement=eNB-lab-4" userLabel="eNB-lab-4"/>\n'
@@ -47,8 +47,8 @@ EXAMPLES: dict[str, tuple[Example, ...]] = {
         Facts(entity="eNB-lab-4", severity="minor", problem="high paging discard count 812 on EUtranCell=2",
               first_seen="2019-07-14T17:30:00Z", last_seen="2019-07-14T17:45:00Z", event_count=3,
               details={"granularityPeriod": "900 s", "measuredObjects": "3"}),
-        "eNB-lab-4: high paging discard count 812 on EUtranCell=2 from 17:30 to 17:45 UTC on "
-        "2019-07-14; severity minor."),
+        "eNB-lab-4, severity minor: a high paging discard count of 812 on EUtranCell=2 from 17:30 to "
+        "17:45 UTC on 2019-07-14."),
         _example(
         "pm",
         '<managedElement localDn="ManagedElement=eNB-lab-5" userLabel="eNB-lab-5"/>\n'
@@ -56,15 +56,15 @@ EXAMPLES: dict[str, tuple[Example, ...]] = {
         Facts(entity="eNB-lab-5", severity="info", problem="paging counters as expected",
               first_seen="2019-07-14T17:45:00Z", last_seen="2019-07-14T18:00:00Z", event_count=3,
               details={"granularityPeriod": "900 s", "measuredObjects": "3"}),
-        "eNB-lab-5: paging counters as expected on all 3 cells from 17:45 to 18:00 UTC on 2019-07-14; "
-        "severity info.")),
+        "eNB-lab-5, severity info: paging counters as expected on all 3 cells from 17:45 to 18:00 UTC "
+        "on 2019-07-14.")),
     "ves": (_example(
         "ves",
         "event.commonEventHeader.domain: fault\nevent.commonEventHeader.sourceName: gNB-lab-6-CU\n"
         "event.faultFields.specificProblem: Battery backup discharging\nevent.faultFields.eventSeverity: MINOR",
         Facts(entity="gNB-lab-6-CU", severity="minor", problem="Battery backup discharging",
               first_seen="2019-07-14T17:42:05Z", details={"domain": "fault"}),
-        "gNB-lab-6-CU: battery backup discharging at 17:42 UTC on 2019-07-14; severity minor."),),
+        "gNB-lab-6-CU, severity minor: battery backup discharging at 17:42 UTC on 2019-07-14."),),
 }
 EXAMPLES["text"] = EXAMPLES["syslog"]
 

@@ -96,8 +96,8 @@ def _instruction(facts: Facts) -> str:
     span = _time_span(facts)
     parts = [f"the element {facts.entity}" if facts.entity else "that the record names no affected element",
              f"what went wrong ({facts.problem})" if facts.problem else "what went wrong",
-             f"the time ({span})" if span else "when it happened",
-             f'the severity as "severity {facts.severity}"' if facts.severity else "how severe it is"]
+             f'the severity as "severity {facts.severity}"' if facts.severity else "how severe it is",
+             f"the time ({span})" if span else "when it happened"]
     start = f" Start with {facts.entity}." if facts.entity else ""
     return ("Summarise it in one sentence of your own words that names " + ", ".join(parts[:-1])
             + f" and {parts[-1]}.{start}")
