@@ -59,7 +59,7 @@ def _phrase(group: Group, with_app: bool) -> str:
     text = group.text()
     if with_app and group.app:
         text = f"{group.app}: {text}"
-    return f"{text} ({group.count} times)" if group.count > 1 else text
+    return f"{text} ({group.count} times)" if group.count > 1 else f"{text} (once)"
 
 
 def _iso(when: datetime | None) -> str | None:
@@ -82,7 +82,8 @@ def parse(text: str, reference: datetime | None = None, reference_source: str = 
     entity = leading[0].main_host() or (hosts.most_common(1)[0][0] if hosts else None)
     times = [line.time for line in lines if line.time is not None]
     shown = leading[:PROBLEM_TEXT_GROUPS]
-    problem = "; ".join(_phrase(g, with_app=i == 0 or g.app != shown[0].app) for i, g in enumerate(shown))
+    # the lead's app is in details: a small model that reads `sshd: ...` first drifts into log lines
+    problem = "; ".join(_phrase(g, with_app=i > 0 and g.app != shown[0].app) for i, g in enumerate(shown))
     details: dict[str, str] = {}
     if leading[0].app:
         details["app"] = leading[0].app

@@ -25,8 +25,8 @@ EXAMPLES: dict[str, tuple[Example, ...]] = {
         "syslog",
         "Jul 14 17:42:05 olt-lab-3 ponmgr[311]: ONU 12 on PON port 2 dying gasp received  [repeated 4 times]\n"
         "Jul 14 17:42:30 olt-lab-3 oamd[120]: heartbeat sent to OSS, sequence 52",
-        Facts(entity="olt-lab-3", severity="warning", problem="ponmgr: ONU 12 on PON port 2 dying gasp received "
-              "(4 times)", first_seen="2019-07-14T17:42:05Z", last_seen="2019-07-14T17:42:30Z", event_count=5,
+        Facts(entity="olt-lab-3", severity="warning", problem="ONU 12 on PON port 2 dying gasp received (4 times)",
+              first_seen="2019-07-14T17:42:05Z", last_seen="2019-07-14T17:42:30Z", event_count=5,
               details={"app": "ponmgr"}),
         "olt-lab-3, severity warning: ONU 12 on PON port 2 dying gasp received, 4 times between 17:42 and "
         "17:43 UTC on 2019-07-14."),),
