@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from worker import produce
-from worker.facts.syslog import parse_line
+from worker.facts.loglines import parse_line
 from worker.facts.ves import REQUIRED_FAULT_FIELDS, REQUIRED_HEADER_FIELDS
 from worker.messages import decode_record
 from worker.telemetry import count_words, generate

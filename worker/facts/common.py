@@ -13,6 +13,8 @@ from worker.messages import Facts
 # Every extractor reports severity on this scale, worst first (X.733 names; syslog mapped onto it).
 SEVERITIES = ("critical", "major", "minor", "warning", "info")
 SEVERITY_RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
+# Ranking many events' problems by count x weight: each step of the scale weighs ten times the next.
+SEVERITY_WEIGHT = {name: 10 ** (len(SEVERITIES) - 1 - rank) for rank, name in enumerate(SEVERITIES)}
 
 MAX_PROBLEM_CHARS = 160
 

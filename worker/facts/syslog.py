@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from datetime import datetime
 
-from worker.facts.common import SEVERITIES, SEVERITY_RANK, aimed_at_model, clip, iso_utc
+from worker.facts.common import SEVERITY_RANK, SEVERITY_WEIGHT as WEIGHT, aimed_at_model, clip, iso_utc
 from worker.facts.groups import Group, group_messages
 from worker.facts.levels import PRI_SEVERITY
 from worker.facts.loglines import LogLine, parse_line
@@ -20,7 +20,6 @@ from worker.messages import Facts, ProblemGroup
 __all__ = ["PRI_SEVERITY", "SYSLOG_NAMES", "parse", "parse_lines"]
 
 SYSLOG_NAMES = ("emerg", "alert", "crit", "err", "warning", "notice", "info", "debug")
-WEIGHT = {name: 10 ** (len(SEVERITIES) - 1 - rank) for rank, name in enumerate(SEVERITIES)}
 MAX_PROBLEM_GROUPS = 5   # in Facts.problems
 PROBLEM_TEXT_GROUPS = 2  # in the one-line problem a small model reads
 MAX_LOG_PROBLEM_CHARS = 200

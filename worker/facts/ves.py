@@ -11,9 +11,8 @@ import json
 from collections import Counter
 from typing import Any
 
-from worker.facts.common import SEVERITY_RANK, clip, epoch_to_iso, epoch_unit, parse_iso, iso_utc
-from worker.facts.syslog import WEIGHT
-from worker.facts.ves_domains import (CPU_MAJOR, CPU_MINOR, READERS, REQUIRED_FAULT_FIELDS, VES_SEVERITY)
+from worker.facts.common import SEVERITY_RANK, SEVERITY_WEIGHT, clip, epoch_to_iso, epoch_unit, iso_utc, parse_iso
+from worker.facts.ves_domains import CPU_MAJOR, CPU_MINOR, READERS, REQUIRED_FAULT_FIELDS, VES_SEVERITY
 from worker.messages import Facts, ProblemGroup
 
 __all__ = ["CPU_MAJOR", "CPU_MINOR", "REQUIRED_FAULT_FIELDS", "REQUIRED_HEADER_FIELDS", "VES_SEVERITY",
@@ -113,19 +112,27 @@ def _one_event(event: dict) -> Facts:
     )
 
 
+def _group_rank(item) -> tuple[int, int]:
+    (_, _, severity), members = item
+    severity = severity or "info"
+    return (-len(members) * SEVERITY_WEIGHT[severity], SEVERITY_RANK[severity])
+
+
+def _worst_rank(item) -> tuple[int, int]:
+    (_, _, severity), members = item
+    return (SEVERITY_RANK[severity or "info"], -len(members))
+
+
 def _batch(facts: list[Facts]) -> Facts:
-    """One batch's facts: the dominant (element, problem) groups by count weighted by severity."""
+    """One batch's facts: the dominant (element, problem) groups by count weighted by severity;
+    the worst group is always among those named."""
     groups: dict[tuple, list[Facts]] = {}
     for f in facts:
         groups.setdefault((f.entity, f.problem, f.severity), []).append(f)
-    def rank(item):
-        (_, _, severity), members = item
-        return (-len(members) * WEIGHT.get(severity or "info", 1), SEVERITY_RANK.get(severity or "info", 9))
-    ranked = sorted(groups.items(), key=rank)
+    ranked = sorted(groups.items(), key=_group_rank)
     worst = min((f.severity for f in facts if f.severity), key=SEVERITY_RANK.__getitem__, default=None)
-    worst_key = next((k for k, _ in sorted(groups.items(), key=lambda kv: (SEVERITY_RANK.get(kv[0][2] or "info", 9),
-                                                                          -len(kv[1])))), None)
-    if worst_key is not None and worst_key not in [k for k, _ in ranked[:PROBLEM_TEXT_GROUPS]]:
+    worst_key = min(groups.items(), key=_worst_rank)[0]
+    if worst_key not in [k for k, _ in ranked[:PROBLEM_TEXT_GROUPS]]:
         ranked = [ranked[0], (worst_key, groups[worst_key])] + [kv for kv in ranked[1:] if kv[0] != worst_key]
     lead_entity = ranked[0][0][0]
     phrases = []
