@@ -55,8 +55,7 @@ def _by_kind(record: TelemetryRecord) -> Facts:
         except pm.PmError as exc:
             return _fallback(record, str(exc))
     if kind == "syslog":
-        return _logs(record, body) or _fallback(record, "no syslog line (RFC 5424, RFC 3164/BSD, ISO-stamped or "
-                                                        "collector-prefixed) found")
+        return _logs(record, body) or _fallback(record, "no syslog line (RFC 5424/3164, BSD, ISO) found")
     if kind == "trace":
         return trace.parse(body) or _fallback(record, "no trace line (time, element, EventName) found")
     facts = _logs(record, body)  # free text is often a log file
