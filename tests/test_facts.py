@@ -441,3 +441,14 @@ def test_extract_facts_agrees_with_real_profile_ground_truth():
             assert keyword in f.problem.lower(), (record.id, keyword, f.problem)
         if truth.first_seen:
             assert f.first_seen == truth.first_seen, (record.id, f.first_seen, truth.first_seen)
+
+
+def test_narrative_check_flags_a_date_outside_the_records_span():
+    record = TelemetryRecord(id="r", kind="syslog", body=SYSLOG_BURST)
+    facts = extract_facts(record)
+    good = check_narrative("gnb-0042, severity major: NG link to AMF-02 down, SCTP association lost on "
+                           "2026-11-29.", facts, record)
+    bad = check_narrative("gnb-0042, severity major: NG link to AMF-02 down, SCTP association lost on "
+                          "2019-07-14.", facts, record)
+    assert good.agrees and not bad.agrees and not bad.only_known_elements
+    assert any("2019-07-14" in issue for issue in bad.issues)

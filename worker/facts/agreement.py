@@ -11,12 +11,14 @@ Checks, each cheap (a few regex passes over the summary, one substring search pe
 - severity consistent: no severity of the scale other than the facts' is named, and no all-clear
   phrase when the facts are worse than info;
 - only known elements: every element-like name in the summary (letters and digits joined by `-`
-  or `_`, or an IPv4 address) occurs in the record or its facts.
+  or `_`, or an IPv4 address) occurs in the record or its facts, and every date (`YYYY-MM-DD`) in
+  it lies within the facts' time span (a day either side, for time zones).
 """
 
 from __future__ import annotations
 
 import re
+from datetime import date, timedelta
 
 from worker.messages import Facts, NarrativeCheck, TelemetryRecord
 
@@ -27,6 +29,7 @@ ALL_CLEAR = re.compile(r"\ball (?:is )?clear\b|\bno (?:problems?|issues?|faults?
                        re.IGNORECASE)
 ELEMENT_LIKE = re.compile(r"(?<![\w.-])(?:[A-Za-z][A-Za-z0-9]*(?:[-_][A-Za-z0-9]+)+|(?:\d{1,3}\.){3}\d{1,3})(?![\w-])")
 _DATE_OR_TIME = re.compile(r"\d{4}-\d{2}-\d{2}|\d{1,2}:\d{2}")
+_DATE = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
 _WORD = re.compile(r"[a-z][a-z0-9']*")
 _STOP = frozenset("""a an and are as at be by for from has have in into is it its of on or over the
     than that this to was were with times time events event""".split())
@@ -72,6 +75,24 @@ def foreign_elements(summary: str, facts: Facts, record: TelemetryRecord) -> lis
     return [n for n in names if n.lower() not in known]
 
 
+def foreign_dates(summary: str, facts: Facts) -> list[str]:
+    """Dates in the summary outside the facts' span (a day either side); none when the facts have no time."""
+    if not facts.first_seen:
+        return []
+    first = date.fromisoformat(facts.first_seen[:10]) - timedelta(days=1)
+    last = date.fromisoformat((facts.last_seen or facts.first_seen)[:10]) + timedelta(days=1)
+    out = []
+    for m in _DATE.finditer(summary):
+        try:
+            day = date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+        except ValueError:
+            out.append(m.group(0))
+            continue
+        if not first <= day <= last:
+            out.append(m.group(0))
+    return out
+
+
 def check_narrative(summary: str, facts: Facts, record: TelemetryRecord) -> NarrativeCheck:
     """How far `summary` agrees with `facts` (of `record`). Thread-safe; never raises on text."""
     issues: list[str] = []
@@ -94,5 +115,12 @@ def check_narrative(summary: str, facts: Facts, record: TelemetryRecord) -> Narr
     foreign = foreign_elements(summary, facts, record)
     if foreign:
         issues.append("names elements the record does not contain: " + ", ".join(foreign[:5]))
+    try:
+        dates = foreign_dates(summary, facts)
+    except ValueError:  # facts times are ISO by construction; a hand-made Facts may not be
+        dates = []
+    if dates:
+        foreign = foreign + dates
+        issues.append("names dates outside the record's time span: " + ", ".join(dates[:5]))
     return NarrativeCheck(agrees=not issues, names_element=element_ok, names_problem=problem_ok,
                           severity_consistent=severity_ok, only_known_elements=not foreign, issues=issues)
