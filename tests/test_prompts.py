@@ -265,4 +265,4 @@ def test_build_messages_yearless_times_shown_without_a_year():
 
 def test_build_merge_messages_asks_to_start_with_the_element():
     user = build_merge_messages(_record("x"), FACTS, ["part one", "part two"])[-1]["content"]
-    assert user.rstrip().endswith("Start with gnb-0042.") and "S1 link down" in user
+    assert user.rstrip().endswith('"gnb-0042, severity major: <what went wrong>, <when>."') and "S1 link down" in user

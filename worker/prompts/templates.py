@@ -108,11 +108,11 @@ def _instruction(facts: Facts) -> str:
 
 
 def _merge_instruction(facts: Facts) -> str:
-    """Shorter than `_instruction`: the facts just above already spell out problem and time."""
-    severity = f'"severity {facts.severity}"' if facts.severity else "how severe it is"
-    start = f" Start with {facts.entity}." if facts.entity else " Say that the record names no affected element."
-    return (f"Combine them into one sentence that names the element, the problem, the severity as {severity} "
-            f"and the time.{start}")
+    """The answer's first words spelled out: without a worked example (a merge prompt has no room
+    for one) a small model opens with its own preamble instead of the element."""
+    element = facts.entity or "no element named"
+    severity = facts.severity or "<severity>"
+    return f'Combine them into one sentence of the form "{element}, severity {severity}: <what went wrong>, <when>."'
 
 
 def _user_message(record: TelemetryRecord, facts: Facts, body: str) -> str:
@@ -143,11 +143,16 @@ def build_messages(
         body_token_limit = min(body_token_limit or STRUCTURED_BODY_TOKENS, STRUCTURED_BODY_TOKENS)
     if body_token_limit is not None:
         body = trim_to_tokens(body, body_token_limit, count_tokens)
+    return [*_head(record), {"role": "user", "content": _user_message(record, facts, body)}]
+
+
+def _head(record: TelemetryRecord) -> list[dict[str, str]]:
+    """System prompt and the worked examples of the record's kind: the same for every record of a
+    kind (its KV is shared), nothing of the record itself."""
     messages = [{"role": "system", "content": SYSTEM_PROMPT}]
     for example, example_facts, answer in EXAMPLES.get(record.kind, EXAMPLES["text"]):
         messages.append({"role": "user", "content": _user_message(example, example_facts, render_body(example))})
         messages.append({"role": "assistant", "content": answer})
-    messages.append({"role": "user", "content": _user_message(record, facts, body)})
     return messages
 
 
@@ -182,4 +187,6 @@ def build_merge_messages(
         f"Facts extracted from the whole record:\n{render_key_facts(facts)}\n\n"
         f"{_merge_instruction(facts)}"
     )
+    # no worked examples here: with them a merge prompt no longer fits where it must (beside the
+    # piece summaries, within the context that forced the split)
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
