@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from worker import produce
-from worker.facts.syslog import parse_line
+from worker.facts.loglines import parse_line
 from worker.facts.ves import REQUIRED_FAULT_FIELDS, REQUIRED_HEADER_FIELDS
 from worker.messages import decode_record
 from worker.telemetry import count_words, generate
@@ -182,3 +182,29 @@ def test_committed_sample_matches_its_generator_command():
     expected = b"".join(msgspec.json.encode(r) + b"\n" for r, _ in generate(40, "short", 7))
     assert SAMPLE.read_bytes() == expected, "regenerate: telesum produce --profile short --count 40 --seed 7 " \
         "-o bench/samples/telemetry.jsonl --truth bench/samples/telemetry.truth.jsonl"
+
+
+def test_generate_real_profile_covers_every_shape_with_ugly_extras():
+    from worker.telemetry import logs_real, ves_real
+
+    items = generate(120, "real", 2)
+    shapes = {r.attributes["format"] for r, _ in items}
+    assert shapes == set(logs_real.SHAPES) | set(ves_real.SHAPES)
+    bodies = [r.body_text() for r, _ in items]
+    assert any(any(i in b for i in logs_real.INJECTIONS) for b in bodies)  # text aimed at the model
+    assert any(not b.isascii() for b in bodies)                                # non-ASCII host names
+    assert {r.kind for r, _ in items} == {"syslog", "text", "ves", "pm"}
+    assert generate(5, "real", 2) == items[:5]  # seeded, and a longer run extends a shorter one
+
+
+def test_generate_real_long_profile_is_whole_log_files():
+    for record, truth in generate(2, "real-long", 0):
+        assert 2000 <= len(record.body.splitlines()) <= 50_100 and truth.entity
+
+
+def test_produce_real_profile_to_file(tmp_path):
+    out, truth = tmp_path / "r.jsonl", tmp_path / "t.jsonl"
+    assert produce.run(_args(count=6, profile="real", output=str(out), truth=str(truth))) == 0
+    records = [decode_record(line) for line in out.read_bytes().splitlines()]
+    truths = [msgspec.json.decode(line) for line in truth.read_bytes().splitlines()]
+    assert [r.id for r in records] == [t["id"] for t in truths] and len(records) == 6

@@ -30,8 +30,22 @@ class TelemetryRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
         return msgspec.json.encode(self.body).decode()
 
 
+class ProblemGroup(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One of a record's problems: a log template or an event type, how often, where and when."""
+
+    text: str
+    count: int = 1
+    severity: str | None = None
+    element: str | None = None
+    first_seen: str | None = None
+    last_seen: str | None = None
+
+
 class Facts(msgspec.Struct, frozen=True, omit_defaults=True):
-    """Structured facts extracted deterministically from a record (same names for every kind)."""
+    """Structured facts extracted deterministically from a record (same names for every kind).
+    `problems` lists the dominant problems of a record holding many events, worst first;
+    `year_source` says where the year came from when the record's times carry none
+    ("record timestamp" or "receive time")."""
 
     entity: str | None = None
     severity: str | None = None
@@ -41,6 +55,8 @@ class Facts(msgspec.Struct, frozen=True, omit_defaults=True):
     event_count: int | None = None
     details: dict[str, str] = {}
     facts_error: str | None = None
+    problems: list[ProblemGroup] = []
+    year_source: str | None = None
 
 
 class Timings(msgspec.Struct, frozen=True):
@@ -52,8 +68,20 @@ class Timings(msgspec.Struct, frozen=True):
     total_s: float = 0.0
 
 
+class NarrativeCheck(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Whether a summary's prose agrees with its record's facts (the facts come from parsers and
+    are what to trust). `agrees` is all four checks together; `issues` says what disagreed."""
+
+    agrees: bool
+    names_element: bool
+    names_problem: bool
+    severity_consistent: bool
+    only_known_elements: bool
+    issues: list[str] = []
+
+
 class Summary(msgspec.Struct, frozen=True):
-    """The answer for one input record."""
+    """The answer for one input record. `narrative` says whether the prose agrees with `facts`."""
 
     id: str
     summary: str
@@ -65,6 +93,7 @@ class Summary(msgspec.Struct, frozen=True):
     chunks: int = 1
     facts: Facts = Facts()
     timings: Timings = Timings()
+    narrative: NarrativeCheck | None = None
 
 
 class DeadLetter(msgspec.Struct, frozen=True):

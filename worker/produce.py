@@ -12,7 +12,7 @@ from collections.abc import Iterable
 import msgspec
 
 from worker.messages import Facts, TelemetryRecord
-from worker.telemetry import KINDS, PROFILES, iter_generate
+from worker.telemetry import KINDS, PROFILES, REAL_PROFILES, iter_generate
 
 log = logging.getLogger(__name__)
 
@@ -21,9 +21,11 @@ _encoder = msgspec.json.Encoder()
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--count", type=int, default=100, help="records to produce (default 100)")
-    parser.add_argument("--profile", choices=PROFILES, default="mixed",
+    parser.add_argument("--profile", choices=PROFILES + REAL_PROFILES, default="mixed",
                         help="length profile: mixed (45-130 / 1820-2000 words interleaved), "
-                             "uniform (50-1900 words), oam (long tail to ~50k tokens), short (45-130 words)")
+                             "uniform (50-1900 words), oam (long tail to ~50k tokens), short (45-130 words); "
+                             "or real-shaped: real (host logs in every syslog shape, field-style VES and PM, "
+                             "ugly ones included), real-long (whole log files of 2,000-50,000 lines)")
     parser.add_argument("--seed", type=int, default=0, help="same seed, same records (default 0)")
     parser.add_argument("--kinds", default=",".join(KINDS),
                         help=f"comma-separated record kinds to draw from (default {','.join(KINDS)})")

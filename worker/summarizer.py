@@ -28,9 +28,10 @@ from worker.engine.long_inputs import merge_prompt, plan_chunk_prompts
 from worker.engine.runner import ModelRunner
 from worker.engine.sequence import SamplingParams, Sequence, SequenceStatus
 from worker.engine.stops import first_stop
+from worker.facts.agreement import check_narrative
 from worker.messages import Facts, Summary, TelemetryRecord, Timings
 from worker.preprocess import Prepared, Preprocessor, default_workers, tokenize_messages
-from worker.prompts import REPETITION_PENALTY, STOP_STRINGS
+from worker.sampling_defaults import REPETITION_PENALTY, STOP_STRINGS
 
 # A closed summarizer's thread finishes its step; joining longer than this means it is stuck.
 _JOIN_POLL_S = 0.05
@@ -405,7 +406,8 @@ class Summarizer:
             output_tokens=req.output_tokens, hierarchical=req.hierarchical, chunks=req.num_chunks,
             facts=req.facts, timings=Timings(queued_s=req.queued_s or 0.0, prefill_s=req.prefill_s,
                                              decode_s=req.decode_s,
-                                             total_s=time.perf_counter() - req.submitted_at))
+                                             total_s=time.perf_counter() - req.submitted_at),
+            narrative=check_narrative(text, req.facts, req.record))
 
     def _push(self, request_id: Hashable, result: Summary | Exception) -> None:
         with self._lock:

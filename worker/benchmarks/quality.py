@@ -1,8 +1,10 @@
 """`telesum bench quality`: do the summaries name the element, the problem and the severity?
 
 Records with known facts come from `worker.telemetry` (seeded): `--n` in all, most from the
-`short` profile and `--mixed` of them from `mixed` (half of those ~2,000-word records). Each is
-summarised end to end by the real `Summarizer` and scored against its ground truth:
+`short` profile, `--mixed` of them from `mixed` (half of those ~2,000-word records) and `--real`
+from `real` (host logs in every syslog shape, field-style VES and PM bodies, ugly ones included;
+group `set=real`). Each is summarised end to end by the real `Summarizer` and scored against its
+ground truth:
 
 - element named: the truth entity (e.g. `gNB-2854-DU`) occurs in the summary as a whole name,
   case-insensitive, with `-`, `_` and spaces between its parts treated alike.
@@ -14,6 +16,8 @@ summarised end to end by the real `Summarizer` and scored against its ground tru
 - echo: the summary just repeats the input: (a) its normalised text (>= 12 characters) is a
   substring of the normalised record body, or (b) for one line of the body as the model read it,
   at least `ECHO_OVERLAP` of the summary's distinct word tokens occur in that line.
+- agrees: the Summary's own `narrative.agrees` (worker.facts.agreement), checked against the
+  extracted facts rather than the ground truth: what a consumer sees at run time.
 """
 
 from __future__ import annotations
@@ -106,9 +110,10 @@ def is_echo(summary: str, body_lines: list[str], overlap: float = ECHO_OVERLAP) 
     return any(len(mine & tokens(line)) >= overlap * len(mine) for line in body_lines if line.strip())
 
 
-def score(record: TelemetryRecord, truth: Facts, summary: str) -> dict[str, bool]:
-    """The four checks for one summary against its record's ground truth."""
+def score(record: TelemetryRecord, truth: Facts, summary: str, agrees: bool = False) -> dict[str, bool]:
+    """The checks for one summary against its record's ground truth (`agrees` as the Summary said)."""
     return {
+        "agrees": agrees,
         "entity": entity_named(summary, truth.entity),
         "problem": problem_named(summary, problem_keywords(truth)),
         "severity": severity_right(summary, truth.severity),
@@ -124,25 +129,31 @@ def aggregate(rows: list[dict]) -> dict[str, dict[str, float]]:
         groups["all"].append(row)
         groups[f"kind={row['kind']}"].append(row)
         groups[f"length={row['length']}"].append(row)
+        groups[f"set={row.get('set', 'generated')}"].append(row)
     out = {}
     for name in sorted(groups, key=lambda g: (g != "all", g)):
         members = groups[name]
         out[name] = {"n": len(members), **{check: sum(r["score"][check] for r in members) / len(members)
-                                           for check in ("entity", "problem", "severity", "echo", "empty")}}
+                                           for check in ("entity", "problem", "severity", "echo", "empty", "agrees")
+                                           if check in members[0]["score"]}}
     return out
 
 
 # -- the run ---------------------------------------------------------------------------------
-def corpus(n: int, mixed: int, seed: int) -> list[tuple[TelemetryRecord, Facts, str]]:
-    """(record, truth, length group) for `n - mixed` short records then `mixed` from `mixed`."""
+def corpus(n: int, mixed: int, seed: int, real: int = 0) -> list[tuple[TelemetryRecord, Facts, str]]:
+    """(record, truth, length group) for `n - mixed - real` short records, then `mixed` from
+    `mixed`, then `real` from `real`."""
     from worker.telemetry import generate
 
-    if not 0 <= mixed <= n:
-        raise ValueError(f"--mixed must be in 0..n ({n}), got {mixed}")
-    out = [(r, t, "short") for r, t in generate(n - mixed, "short", seed)]
+    if not 0 <= mixed <= n or not 0 <= real <= n - mixed:
+        raise ValueError(f"--mixed ({mixed}) and --real ({real}) must be >= 0 and add up to at most n ({n})")
+    out = [(r, t, "short") for r, t in generate(n - mixed - real, "short", seed)]
     for record, truth in generate(mixed, "mixed", seed):
         long = len(render_body(record).split()) > 1000
         out.append((msgspec.structs.replace(record, id=f"mixed-{record.id}"), truth, "long" if long else "short"))
+    for record, truth in generate(real, "real", seed):
+        long = len(render_body(record).split()) > 1000
+        out.append((record, truth, "long" if long else "short"))
     return out
 
 
@@ -150,6 +161,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n", type=int, default=100, help="records in all")
     parser.add_argument("--mixed", type=int, default=None,
                         help="how many of them come from the `mixed` profile (default n // 10)")
+    parser.add_argument("--real", type=int, default=None,
+                        help="how many of them come from the real-shaped `real` profile (default n // 5)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-new-tokens", type=int, default=80)
     parser.add_argument("--model", default=None, help="HF folder or .gguf (default: embedded SmolLM2-135M)")
@@ -183,7 +196,8 @@ def run(args: argparse.Namespace) -> int:
     if args.n < 1:
         raise ValueError(f"--n must be >= 1, got {args.n}")
     mixed = args.n // 10 if args.mixed is None else args.mixed
-    items = corpus(args.n, mixed, args.seed)
+    real = args.n // 5 if args.real is None else args.real
+    items = corpus(args.n, mixed, args.seed, real)
     started = time.perf_counter()
     model_name, results = summarise([r for r, _, _ in items], args.model, args.device, args.max_new_tokens)
     elapsed = time.perf_counter() - started
@@ -191,18 +205,21 @@ def run(args: argparse.Namespace) -> int:
     for (record, truth, length), (_, result) in zip(items, results):
         if isinstance(result, Exception):
             failures += 1
-            text, facts = "", None
+            text, facts, narrative = "", None, None
             log.warning("%s: %s: %s", record.id, type(result).__name__, result)
         else:
-            text, facts = result.summary, result.facts
-        rows.append({"id": record.id, "kind": record.kind, "length": length, "summary": text,
-                     "score": score(record, truth, text), "truth": msgspec.to_builtins(truth),
-                     "facts": msgspec.to_builtins(facts) if facts is not None else None})
+            text, facts, narrative = result.summary, result.facts, result.narrative
+        rows.append({"id": record.id, "kind": record.kind, "length": length,
+                     "set": "real" if record.id.startswith("real-") else "generated", "summary": text,
+                     "score": score(record, truth, text, bool(narrative and narrative.agrees)),
+                     "truth": msgspec.to_builtins(truth),
+                     "facts": msgspec.to_builtins(facts) if facts is not None else None,
+                     "narrative": msgspec.to_builtins(narrative) if narrative is not None else None})
     args.output.parent.mkdir(parents=True, exist_ok=True)
     with args.output.open("w") as fh:
         for row in rows:
             fh.write(json.dumps(row) + "\n")
-    result = {"model": model_name, "n": args.n, "mixed": mixed, "seed": args.seed,
+    result = {"model": model_name, "n": args.n, "mixed": mixed, "real": real, "seed": args.seed,
               "max_new_tokens": args.max_new_tokens, "failures": failures, "seconds": round(elapsed, 1),
               "echo_rule": f"substring of body or >= {ECHO_OVERLAP} of tokens from one body line",
               "groups": aggregate(rows)}
@@ -218,12 +235,13 @@ def run(args: argparse.Namespace) -> int:
 
 def format_table(result: dict) -> str:
     """The result as a fixed-width text table, one row per group."""
-    lines = [f"{result['model']}: n={result['n']} (mixed {result['mixed']}), seed {result['seed']}, "
-             f"max_new_tokens {result['max_new_tokens']}, {result['seconds']} s, {result['failures']} failed",
-             f"{'group':<16}{'n':>5}{'element':>9}{'problem':>9}{'severity':>10}{'echo':>7}{'empty':>7}"]
+    lines = [f"{result['model']}: n={result['n']} (mixed {result['mixed']}, real {result.get('real', 0)}), "
+             f"seed {result['seed']}, max_new_tokens {result['max_new_tokens']}, {result['seconds']} s, "
+             f"{result['failures']} failed",
+             f"{'group':<16}{'n':>5}{'element':>9}{'problem':>9}{'severity':>10}{'echo':>7}{'empty':>7}{'agrees':>8}"]
     for name, g in result["groups"].items():
         lines.append(f"{name:<16}{g['n']:>5}{g['entity']:>9.0%}{g['problem']:>9.0%}{g['severity']:>10.0%}"
-                     f"{g['echo']:>7.0%}{g['empty']:>7.0%}")
+                     f"{g['echo']:>7.0%}{g['empty']:>7.0%}{g.get('agrees', 0):>8.0%}")
     return "\n".join(lines)
 
 

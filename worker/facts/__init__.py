@@ -6,13 +6,18 @@ extractor, and what went wrong is written to `Facts.facts_error`.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import msgspec
 
 from worker.facts import pm, syslog, text, trace, ves
-from worker.facts.common import SEVERITIES, with_error
+from worker.facts.common import SEVERITIES, parse_iso, with_error
 from worker.messages import Facts, TelemetryRecord
 
 __all__ = ["SEVERITIES", "extract_facts"]
+
+# Record attributes that name the element when the body does not (a collector's own labels).
+HOST_ATTRIBUTES = ("host", "hostname", "element", "node", "sourceName")
 
 
 def _fallback(record: TelemetryRecord, error: str) -> Facts:
@@ -21,6 +26,19 @@ def _fallback(record: TelemetryRecord, error: str) -> Facts:
     except Exception as exc:  # noqa: BLE001 - extract_facts must never raise
         facts = Facts(facts_error=f"text extractor failed: {type(exc).__name__}: {exc}")
     return with_error(facts, error)
+
+
+def _reference(record: TelemetryRecord) -> tuple[datetime, str]:
+    """The time that gives a year to log times without one: the record's timestamp, else now."""
+    when = parse_iso(record.timestamp) if record.timestamp else None
+    if when is not None:
+        return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)), "record timestamp"
+    return datetime.now(timezone.utc), "receive time"
+
+
+def _logs(record: TelemetryRecord, body: str) -> Facts | None:
+    reference, source = _reference(record)
+    return syslog.parse(body, reference, source)
 
 
 def _by_kind(record: TelemetryRecord) -> Facts:
@@ -37,9 +55,12 @@ def _by_kind(record: TelemetryRecord) -> Facts:
         except pm.PmError as exc:
             return _fallback(record, str(exc))
     if kind == "syslog":
-        return syslog.parse(body) or _fallback(record, "no RFC 5424 or RFC 3164 syslog line found")
+        return _logs(record, body) or _fallback(record, "no syslog line (RFC 5424/3164, BSD, ISO) found")
     if kind == "trace":
         return trace.parse(body) or _fallback(record, "no trace line (time, element, EventName) found")
+    facts = _logs(record, body)  # free text is often a log file
+    if facts is not None and int(facts.details.get("unparsedLines", 0)) <= facts.event_count:
+        return facts
     return text.parse(body)
 
 
@@ -49,6 +70,10 @@ def extract_facts(record: TelemetryRecord) -> Facts:
         facts = _by_kind(record)
     except Exception as exc:  # noqa: BLE001 - a parser bug must not lose the record
         facts = _fallback(record, f"{record.kind} parser failed: {type(exc).__name__}: {exc}")
+    if facts.entity is None:
+        host = next((record.attributes[k] for k in HOST_ATTRIBUTES if record.attributes.get(k)), None)
+        if host:
+            facts = msgspec.structs.replace(facts, entity=host)
     if facts.first_seen is None and record.timestamp:
         facts = msgspec.structs.replace(facts, first_seen=record.timestamp, last_seen=facts.last_seen or record.timestamp)
     return facts

@@ -76,68 +76,85 @@ def parse(text: str) -> Facts:
         raise PmError(f"PM XML does not parse: {exc}") from exc
     if _local(root.tag) != "measCollecFile":
         raise PmError(f"root element is <{_local(root.tag)}>, not <measCollecFile>")
-    element = _first(root, "managedElement")
-    entity = None
-    if element is not None:
-        entity = element.get("userLabel") or _short_dn(element.get("localDn", ""))
     sender = _first(root, "fileSender")
-    if not entity and sender is not None:
-        entity = _short_dn(sender.get("localDn", "")) or None
+    sender_name = _short_dn(sender.get("localDn", "")) if sender is not None else None
     begin = _first(root, "measCollec")
     first_seen = _iso(begin.get("beginTime")) if begin is not None else None
-    # per measured object: counter name -> value
-    per_object: dict[str, dict[str, float]] = defaultdict(dict)
+    # one block per measData; each names its managed element (a file may hold several)
+    blocks = [n for n in root.iter() if _local(n.tag) == "measData"] or [root]
+    # (element, measured object) -> counter name -> value
+    per_object: dict[tuple[str | None, str], dict[str, float]] = defaultdict(dict)
     totals: dict[str, float] = defaultdict(float)
+    elements: list[str] = []
     period, last_seen, suspects = None, None, 0
-    for info in (n for n in root.iter() if _local(n.tag) == "measInfo"):
-        gran = next(iter(_children(info, "granPeriod")), None)
-        if gran is not None:
-            period = period or _period_seconds(gran.get("duration"))
-            last_seen = max(filter(None, [last_seen, _iso(gran.get("endTime"))]), default=None)
-        names = {t.get("p"): (t.text or "").strip() for t in _children(info, "measType")}
-        types_list = next(iter(_children(info, "measTypes")), None)  # 32.435 also allows one list
-        if types_list is not None and types_list.text:
-            names.update({str(i): n for i, n in enumerate(types_list.text.split(), start=1)})
-        for value in _children(info, "measValue"):
-            obj = value.get("measObjLdn", "")
-            suspects += any((s.text or "").strip() == "true" for s in _children(value, "suspect"))
-            for r in _children(value, "r"):
-                name = names.get(r.get("p"))
-                try:
-                    number = float((r.text or "").strip())
-                except ValueError:
-                    continue  # "NIL" or empty: a counter not reported this period
-                if name:
-                    per_object[obj][name] = number
-                    totals[name] += number
+    for block in blocks:
+        node = _first(block, "managedElement")
+        element = (node.get("userLabel") or _short_dn(node.get("localDn", ""))) if node is not None else None
+        element = element or sender_name or None
+        if element and element not in elements:
+            elements.append(element)
+        for info in (n for n in block.iter() if _local(n.tag) == "measInfo"):
+            gran = next(iter(_children(info, "granPeriod")), None)
+            if gran is not None:
+                period = period or _period_seconds(gran.get("duration"))
+                last_seen = max(filter(None, [last_seen, _iso(gran.get("endTime"))]), default=None)
+            names = {t.get("p"): (t.text or "").strip() for t in _children(info, "measType")}
+            types_list = next(iter(_children(info, "measTypes")), None)  # 32.435 also allows one list
+            if types_list is not None and types_list.text:
+                names.update({str(i): n for i, n in enumerate(types_list.text.split(), start=1)})
+            for value in _children(info, "measValue"):
+                obj = value.get("measObjLdn", "")
+                suspects += any((s.text or "").strip() == "true" for s in _children(value, "suspect"))
+                rs = _children(value, "r")
+                results = next(iter(_children(value, "measResults")), None)
+                pairs = [(r.get("p"), r.text) for r in rs]
+                if results is not None and results.text:  # the list form: values in measTypes order
+                    pairs = [(str(i), v) for i, v in enumerate(results.text.split(), start=1)]
+                for p, text_value in pairs:
+                    name = names.get(p)
+                    try:
+                        number = float((text_value or "").strip())
+                    except ValueError:
+                        continue  # "NIL" or empty: a counter not reported this period
+                    if name:
+                        per_object[(element, obj)][name] = number
+                        totals[name] += number
     if not totals:
         raise PmError("measCollecFile holds no numeric counter values")
+    several = len(elements) > 1
     details: dict[str, str] = {}
     if period:
         details["granularityPeriod"] = f"{period} s"
     details["measuredObjects"] = str(len(per_object))
-    findings: list[tuple[int, str]] = []  # (0 major / 1 minor, text)
+    if several:
+        details["managedElements"] = ", ".join(elements[:8]) + (f" and {len(elements) - 8} more"
+                                                                 if len(elements) > 8 else "")
+    findings: list[tuple[int, str, str | None]] = []  # (0 major / 1 minor, text, element)
     for label, att, succ, minor_below, major_below in RATIOS:
         total_att, total_succ = _sum_counter(totals, att), _sum_counter(totals, succ)
         if not total_att:
             continue
         details[label] = f"{100.0 * (total_succ or 0) / total_att:.1f}%"
-        rates = [(100.0 * (_sum_counter(c, succ) or 0) / a, obj) for obj, c in per_object.items()
+        rates = [(100.0 * (_sum_counter(c, succ) or 0) / a, key) for key, c in per_object.items()
                  if (a := _sum_counter(c, att))]
-        worst_rate, worst_obj = min(rates)
+        worst_rate, (worst_element, worst_obj) = min(rates, key=lambda r: r[0])
         if worst_rate < minor_below:
-            findings.append((0 if worst_rate < major_below else 1,
-                             f"low {label} {worst_rate:.1f}% on {_last_rdn(worst_obj)}"))
+            where = _last_rdn(worst_obj) + (f" of {worst_element}" if several and worst_element else "")
+            findings.append((0 if worst_rate < major_below else 1, f"low {label} {worst_rate:.1f}% on {where}",
+                             worst_element))
     for name in list(totals)[:MAX_COUNTER_DETAILS]:
         details[name] = f"{totals[name]:g}"
     if suspects:
         details["suspectObjects"] = str(suspects)
+    entity = elements[0] if elements else sender_name
     if findings:
         findings.sort(key=lambda f: f[0])
         severity = "major" if findings[0][0] == 0 else "minor"
-        problem = "; ".join(text for level, text in findings if level == findings[0][0])
+        problem = "; ".join(text for level, text, _ in findings if level == findings[0][0])
+        entity = findings[0][2] or entity
     else:
-        severity, problem = "info", "KPIs within normal range"
+        severity = "info"
+        problem = "KPIs within normal range" + (f" on all {len(elements)} managed elements" if several else "")
     return Facts(entity=entity, severity=severity, problem=problem, first_seen=first_seen,
                  last_seen=last_seen or first_seen, event_count=len(per_object), details=details)
 

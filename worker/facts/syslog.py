@@ -1,121 +1,118 @@
-"""Facts from syslog text: RFC 5424 and RFC 3164 lines, one message or a multi-line burst."""
+"""Facts from a window of log lines: syslog in every shape `loglines` reads, one line or 50,000.
+
+The lines are grouped into templates (`groups`); the problem is the dominant templates, ranked by
+count weighted by severity (each step of the scale weighs ten times the next: one `critical` line
+outranks 9 `major` ones, 38 failed logins outrank one `error`), written with their counts. The
+severity is the worst seen; the element is the host that logged the leading problem most.
+"""
 
 from __future__ import annotations
 
-import re
-from typing import NamedTuple
+from collections import Counter
+from datetime import datetime
 
-from worker.facts.common import clip, iso_utc, most_common, parse_iso, worst_severity
-from worker.messages import Facts
+from worker.facts.common import SEVERITY_RANK, SEVERITY_WEIGHT as WEIGHT, aimed_at_model, clip, iso_utc
+from worker.facts.groups import Group, group_messages
+from worker.facts.levels import PRI_SEVERITY
+from worker.facts.loglines import LogLine, parse_line
+from worker.messages import Facts, ProblemGroup
 
-# PRI severity 0..7 (emerg, alert, crit, err, warning, notice, info, debug) onto the shared scale.
-PRI_SEVERITY = ("critical", "critical", "critical", "major", "warning", "info", "info", "info")
+__all__ = ["PRI_SEVERITY", "SYSLOG_NAMES", "parse", "parse_lines"]
+
 SYSLOG_NAMES = ("emerg", "alert", "crit", "err", "warning", "notice", "info", "debug")
-
-RFC5424 = re.compile(r"^<(\d{1,3})>(\d{1,2}) (\S+) (\S+) (\S+) (\S+) (\S+)(?: (.*))?$")
-RFC3164 = re.compile(
-    r"^<(\d{1,3})>([A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2}) (\S+) ([^:\[\s]+)(?:\[([^\]]*)\])?: ?(.*)$"
-)
+MAX_PROBLEM_GROUPS = 5   # in Facts.problems
+PROBLEM_TEXT_GROUPS = 2  # in the one-line problem a small model reads
+MAX_LOG_PROBLEM_CHARS = 200
 
 
-class Message(NamedTuple):
-    pri: int
-    time: str | None  # ISO UTC, or the RFC 3164 text when no year is known
-    host: str | None
-    app: str | None
-    msgid: str | None
-    text: str
-
-    @property
-    def severity(self) -> str:
-        return PRI_SEVERITY[self.pri % 8]
-
-
-def _nil(value: str) -> str | None:
-    return None if value == "-" else value
+def parse_lines(text: str, reference: datetime | None = None) -> tuple[list[LogLine], int]:
+    """(the log lines of `text`, how many non-blank lines were not log lines)."""
+    lines: list[LogLine] = []
+    unparsed = 0
+    for raw in text.splitlines():
+        if not raw.strip():
+            continue
+        line = parse_line(raw, reference)
+        if line is None:
+            unparsed += 1
+        else:
+            lines.append(line)
+    return lines, unparsed
 
 
-def _split_sd(rest: str) -> tuple[str, str]:
-    """(structured data, message) from what follows MSGID; SD is `-` or `[...]...` with quoted values."""
-    if rest.startswith("-"):
-        return "-", rest[2:] if rest.startswith("- ") else rest[1:]
-    i, depth, quoted = 0, 0, False
-    while i < len(rest):
-        ch = rest[i]
-        if quoted:
-            if ch == "\\":
-                i += 1
-            elif ch == '"':
-                quoted = False
-        elif ch == '"':
-            quoted = True
-        elif ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-            if depth == 0 and (i + 1 == len(rest) or rest[i + 1] != "["):
-                return rest[: i + 1], rest[i + 2:]
-        i += 1
-    return rest, ""
+def _rank(group: Group) -> tuple[int, int]:
+    return (-group.count * WEIGHT[group.severity], SEVERITY_RANK[group.severity])
 
 
-def parse_line(line: str) -> Message | None:
-    """One syslog line as a Message, or None when it is neither RFC 5424 nor RFC 3164."""
-    m = RFC5424.match(line)
-    if m and int(m.group(1)) < 192:
-        pri, _, stamp, host, app, _procid, msgid, rest = m.groups()
-        _sd, text = _split_sd(rest or "")
-        when = parse_iso(stamp) if stamp != "-" else None
-        return Message(int(pri), iso_utc(when) if when else None, _nil(host), _nil(app), _nil(msgid),
-                       text.lstrip("\ufeff").strip())
-    m = RFC3164.match(line)
-    if m and int(m.group(1)) < 192:
-        pri, stamp, host, tag, _pid, text = m.groups()
-        return Message(int(pri), stamp, host, tag, None, text.strip())
-    return None
+def _problem_groups(groups: list[Group]) -> list[Group]:
+    """The groups worth reporting, leading first: the non-info ones when there are any."""
+    serious = [g for g in groups if g.severity != "info"] or groups
+    ranked = sorted(serious, key=_rank)[:MAX_PROBLEM_GROUPS]
+    worst = min(serious, key=lambda g: (SEVERITY_RANK[g.severity], -g.count))
+    if worst not in ranked[:PROBLEM_TEXT_GROUPS]:  # the worst line is always named
+        ranked = [ranked[0], worst] + [g for g in ranked[1:] if g is not worst]
+    return ranked
 
 
-def parse_messages(text: str) -> list[Message]:
-    """Every message in `text`; a line that is not a syslog header continues the previous message."""
-    messages: list[Message] = []
-    for line in text.splitlines():
-        message = parse_line(line)
-        if message is not None:
-            messages.append(message)
-        elif messages and line.strip():
-            messages[-1] = messages[-1]._replace(text=f"{messages[-1].text} {line.strip()}")
-    return messages
+def _phrase(group: Group, with_app: bool) -> str:
+    text = group.text()
+    if with_app and group.app:
+        text = f"{group.app}: {text}"
+    return f"{text} ({group.count} times)" if group.count > 1 else f"{text} (once)"
 
 
-def parse(text: str) -> Facts | None:
-    """Facts from a syslog burst, or None when no line is syslog. The problem is the most frequent
-    message among the worst-severity ones; the element is the host that sent it most."""
-    messages = parse_messages(text)
-    if not messages:
+def _iso(when: datetime | None) -> str | None:
+    return iso_utc(when) if when is not None else None
+
+
+def parse(text: str, reference: datetime | None = None, reference_source: str = "receive time") -> Facts | None:
+    """Facts from a log window, or None when no line is a log line. `reference` gives the year of
+    BSD times without one; `reference_source` names where it came from (for `Facts.year_source`)."""
+    lines, unparsed = parse_lines(text, reference)
+    if not lines:
         return None
-    worst = worst_severity(m.severity for m in messages)
-    worst_messages = [m for m in messages if m.severity == worst]
-    problem_text = most_common(m.text for m in worst_messages) or ""
-    lead = [m for m in worst_messages if m.text == problem_text] or worst_messages
-    times = [m.time for m in messages if m.time]
-    iso_times = sorted(t for t in times if t[:1].isdigit())
-    first = iso_times[0] if iso_times else (times[0] if times else None)
-    last = iso_times[-1] if iso_times else (times[-1] if times else None)
-    hosts = list(dict.fromkeys(m.host for m in messages if m.host))
-    apps = list(dict.fromkeys(m.app for m in messages if m.app))
-    details = {"app": most_common(m.app for m in lead) or "", "msgid": most_common(m.msgid for m in lead) or "",
-               "syslogSeverity": SYSLOG_NAMES[min(m.pri % 8 for m in lead)],
-               "worstSeverityCount": str(len(worst_messages))}
+    groups = group_messages((line.app, line.text, line.severity, line.time, line.host) for line in lines)
+    addressed = [g for g in groups if aimed_at_model(g.text())]
+    trusted = [g for g in groups if g not in addressed] or groups
+    leading = _problem_groups(trusted)
+    worst = min((g.severity for g in trusted), key=SEVERITY_RANK.__getitem__)
+    hosts = Counter(line.host for line in lines if line.host)
+    apps = Counter(line.app for line in lines if line.app)
+    entity = leading[0].main_host() or (hosts.most_common(1)[0][0] if hosts else None)
+    times = [line.time for line in lines if line.time is not None]
+    shown = leading[:PROBLEM_TEXT_GROUPS]
+    # the lead's app is in details: a small model that reads `sshd: ...` first drifts into log lines
+    problem = "; ".join(_phrase(g, with_app=i > 0 and g.app != shown[0].app) for i, g in enumerate(shown))
+    details: dict[str, str] = {}
+    if leading[0].app:
+        details["app"] = leading[0].app
+    pris = [line.pri for line in lines if line.pri is not None and line.severity == worst]
+    if pris:
+        details["syslogSeverity"] = SYSLOG_NAMES[min(p % 8 for p in pris)]
+    msgids = Counter(line.msgid for line in lines if line.msgid and line.severity == worst)
+    if msgids:
+        details["msgid"] = msgids.most_common(1)[0][0]
+    details["worstSeverityCount"] = str(sum(line.severity == worst for line in lines))
+    if len(groups) > 1:
+        details["templates"] = str(len(groups))
     if len(hosts) > 1:
-        details["hosts"] = ", ".join(hosts[:8])
+        details["hosts"] = ", ".join(h for h, _ in hosts.most_common(8))
     if len(apps) > 1:
-        details["apps"] = ", ".join(apps[:8])
+        details["apps"] = ", ".join(a for a, _ in apps.most_common(8))
+    if unparsed:
+        details["unparsedLines"] = str(unparsed)
+    if addressed:
+        details["linesAddressingModel"] = str(sum(g.count for g in addressed))
+    year_source = reference_source if any(not line.year_known for line in lines if line.time) else None
     return Facts(
-        entity=most_common(m.host for m in lead) or (hosts[0] if hosts else None),
+        entity=entity,
         severity=worst,
-        problem=clip(problem_text) if problem_text else None,
-        first_seen=first,
-        last_seen=last,
-        event_count=len(messages),
-        details={k: v for k, v in details.items() if v},
+        problem=clip(problem, MAX_LOG_PROBLEM_CHARS),
+        first_seen=_iso(min(times)) if times else None,
+        last_seen=_iso(max(times)) if times else None,
+        event_count=len(lines),
+        details=details,
+        problems=[ProblemGroup(text=clip(g.text()), count=g.count, severity=g.severity, element=g.main_host(),
+                               first_seen=_iso(g.first), last_seen=_iso(g.last)) for g in leading],
+        year_source=year_source,
     )

@@ -1,26 +1,30 @@
-"""Facts from a VES 7.x event: fault, measurement, heartbeat, and any other domain by its header."""
+"""Facts from a VES 7.x body: one event, `{"event": ...}`, or an `eventList` batch where every event
+counts. Each domain's fields are read by `ves_domains`; any other domain by its header alone.
+
+Times come from `startEpochMicrosec` / `lastEpochMicrosec` read by magnitude: collectors in the
+field often put milliseconds (or seconds) there, which as microseconds would date the event 1970.
+"""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
-from worker.facts.common import clip, epoch_micros_to_iso, worst_severity
-from worker.messages import Facts
+from worker.facts.common import SEVERITY_RANK, SEVERITY_WEIGHT, clip, epoch_to_iso, epoch_unit, iso_utc, parse_iso
+from worker.facts.ves_domains import CPU_MAJOR, CPU_MINOR, READERS, REQUIRED_FAULT_FIELDS, VES_SEVERITY
+from worker.messages import Facts, ProblemGroup
+
+__all__ = ["CPU_MAJOR", "CPU_MINOR", "REQUIRED_FAULT_FIELDS", "REQUIRED_HEADER_FIELDS", "VES_SEVERITY",
+           "VesError", "events_of", "parse"]
 
 REQUIRED_HEADER_FIELDS = (
     "domain", "eventId", "eventName", "lastEpochMicrosec", "priority", "reportingEntityName",
     "sequence", "sourceName", "startEpochMicrosec", "version", "vesEventListenerVersion",
 )
-REQUIRED_FAULT_FIELDS = (
-    "alarmCondition", "eventSeverity", "eventSourceType", "faultFieldsVersion", "specificProblem",
-    "vfStatus",
-)
-VES_SEVERITY = {"CRITICAL": "critical", "MAJOR": "major", "MINOR": "minor", "WARNING": "warning",
-                "NORMAL": "info"}
-# Measurement thresholds the operator cares about (percent busy).
-CPU_MAJOR, CPU_MINOR = 90.0, 80.0
-MEM_MAJOR, MEM_MINOR = 90.0, 80.0
+HEADER_DETAILS = ("domain", "eventName", "priority", "reportingEntityName", "eventType", "nfNamingCode",
+                  "nfVendorName")
+PROBLEM_TEXT_GROUPS = 2
 
 
 class VesError(ValueError):
@@ -47,35 +51,28 @@ def events_of(body: Any) -> list[dict]:
     return events
 
 
-def _measurement(fields: dict) -> tuple[str, str, dict[str, str]]:
-    """(severity, problem, details) from measurementFields: the busiest CPU and memory."""
-    details: dict[str, str] = {}
-    if "measurementInterval" in fields:
-        details["measurementInterval"] = f"{fields['measurementInterval']} s"
-    findings: list[tuple[str, str]] = []
-    cpus = [c for c in fields.get("cpuUsageArray") or [] if isinstance(c, dict) and "percentUsage" in c]
-    if cpus:
-        top = max(cpus, key=lambda c: float(c["percentUsage"]))
-        usage = float(top["percentUsage"])
-        details["cpuMaxPercent"] = f"{usage:.1f}% ({top.get('cpuIdentifier', '?')})"
-        if usage >= CPU_MINOR:
-            findings.append(("major" if usage >= CPU_MAJOR else "minor",
-                             f"high CPU usage {usage:.1f}% on {top.get('cpuIdentifier', 'a CPU')}"))
-    for mem in fields.get("memoryUsageArray") or []:
-        if not isinstance(mem, dict):
-            continue
-        used, free = float(mem.get("memoryUsed", 0)), float(mem.get("memoryFree", 0))
-        if used + free <= 0:
-            continue
-        percent = 100.0 * used / (used + free)
-        details.setdefault("memoryMaxPercent", f"{percent:.1f}%")
-        if percent >= MEM_MINOR:
-            findings.append(("major" if percent >= MEM_MAJOR else "minor",
-                             f"high memory usage {percent:.1f}% on {mem.get('vmIdentifier', 'a VM')}"))
-    if not findings:
-        return "info", "routine measurement report, resource usage normal", details
-    severity = worst_severity(s for s, _ in findings)
-    return severity, "; ".join(p for s, p in findings if s == severity), details
+def _last_rdn_value(dn: str) -> str | None:
+    """`DC=x,SubNetwork=1,ManagedElement=gNB-7` -> `gNB-7`: the managed element of a DN when named."""
+    parts = [p.split("=", 1) for p in str(dn).split(",") if "=" in p]
+    for key, value in parts:
+        if key.strip() == "ManagedElement":
+            return value.strip() or None
+    return parts[-1][1].strip() or None if parts else None
+
+
+def _times(header: dict, event: dict, details: dict[str, str]) -> tuple[str | None, str | None]:
+    start, last = header.get("startEpochMicrosec"), header.get("lastEpochMicrosec", header.get("startEpochMicrosec"))
+    unit = epoch_unit(start)
+    if unit is not None and unit[0] != "microseconds":
+        details["epochUnit"] = f"{unit[0]} (in startEpochMicrosec)"
+    first_seen, last_seen = epoch_to_iso(start), epoch_to_iso(last)
+    if first_seen is None:  # stndDefined payloads carry their own ISO eventTime
+        data = (event.get("stndDefinedFields") or {}).get("data") if isinstance(event.get("stndDefinedFields"),
+                                                                                dict) else None
+        when = parse_iso(str(data.get("eventTime", ""))) if isinstance(data, dict) else None
+        if when is not None:
+            first_seen = iso_utc(when)
+    return first_seen, last_seen or first_seen
 
 
 def _one_event(event: dict) -> Facts:
@@ -87,68 +84,84 @@ def _one_event(event: dict) -> Facts:
     if missing:
         errors.append("commonEventHeader lacks " + ", ".join(missing))
     domain = str(header.get("domain", ""))
-    details = {k: str(header[k]) for k in ("domain", "eventName", "priority", "reportingEntityName",
-                                            "eventType", "nfNamingCode") if header.get(k) not in (None, "")}
-    severity: str | None = None
-    problem: str | None = None
-    if domain == "fault":
-        fields = event.get("faultFields")
-        if not isinstance(fields, dict):
-            errors.append("fault event has no faultFields object")
-            fields = {}
-        missing = [f for f in REQUIRED_FAULT_FIELDS if f not in fields]
-        if missing and fields:
-            errors.append("faultFields lacks " + ", ".join(missing))
-        raw_severity = str(fields.get("eventSeverity", "")).upper()
-        severity = VES_SEVERITY.get(raw_severity)
-        if raw_severity and severity is None:
-            errors.append(f"unknown eventSeverity {fields['eventSeverity']!r}")
-        problem = fields.get("specificProblem") or fields.get("alarmCondition")
-        if problem and raw_severity == "NORMAL":
-            problem = f"{problem} cleared"
-        details.update({k: str(fields[k]) for k in ("alarmCondition", "eventSourceType", "vfStatus",
-                                                     "alarmInterfaceA") if fields.get(k)})
-        if raw_severity:
-            details["eventSeverity"] = raw_severity
-    elif domain == "measurement":
-        fields = event.get("measurementFields")
-        if isinstance(fields, dict):
-            severity, problem, more = _measurement(fields)
-            details.update(more)
-        else:
-            errors.append("measurement event has no measurementFields object")
-    elif domain == "heartbeat":
-        fields = event.get("heartbeatFields") if isinstance(event.get("heartbeatFields"), dict) else {}
-        interval = fields.get("heartbeatInterval")
-        severity = "info"
-        problem = "heartbeat, element alive" + (f" (interval {interval} s)" if interval else "")
+    details = {k: str(header[k]) for k in HEADER_DETAILS if header.get(k) not in (None, "")}
+    reader = READERS.get(domain)
+    severity = problem = None
+    if reader is not None:
+        severity, problem, more, more_errors = reader(event)
+        details.update(more)
+        errors.extend(more_errors)
     if problem is None and header.get("eventName"):
         problem = str(header["eventName"])
+    if severity is None and reader is None:  # an unknown domain: its priority is all there is
+        severity = {"high": "major", "medium": "minor"}.get(str(header.get("priority", "")).lower(), "info")
+    entity = header.get("sourceName") or header.get("reportingEntityName") or None
+    if not entity and isinstance(event.get("stndDefinedFields"), dict):
+        data = event["stndDefinedFields"].get("data")
+        entity = _last_rdn_value(data.get("systemDN", "")) if isinstance(data, dict) else None
+    first_seen, last_seen = _times(header, event, details)
     return Facts(
-        entity=str(header.get("sourceName") or header.get("reportingEntityName") or "") or None,
+        entity=str(entity) if entity else None,
         severity=severity,
         problem=clip(str(problem)) if problem else None,
-        first_seen=epoch_micros_to_iso(header.get("startEpochMicrosec")),
-        last_seen=epoch_micros_to_iso(header.get("lastEpochMicrosec", header.get("startEpochMicrosec"))),
+        first_seen=first_seen,
+        last_seen=last_seen,
         event_count=1,
         details=details,
         facts_error="; ".join(errors) or None,
     )
 
 
+def _group_rank(item) -> tuple[int, int]:
+    (_, _, severity), members = item
+    severity = severity or "info"
+    return (-len(members) * SEVERITY_WEIGHT[severity], SEVERITY_RANK[severity])
+
+
+def _worst_rank(item) -> tuple[int, int]:
+    (_, _, severity), members = item
+    return (SEVERITY_RANK[severity or "info"], -len(members))
+
+
+def _batch(facts: list[Facts]) -> Facts:
+    """One batch's facts: the dominant (element, problem) groups by count weighted by severity;
+    the worst group is always among those named."""
+    groups: dict[tuple, list[Facts]] = {}
+    for f in facts:
+        groups.setdefault((f.entity, f.problem, f.severity), []).append(f)
+    ranked = sorted(groups.items(), key=_group_rank)
+    worst = min((f.severity for f in facts if f.severity), key=SEVERITY_RANK.__getitem__, default=None)
+    worst_key = min(groups.items(), key=_worst_rank)[0]
+    if worst_key not in [k for k, _ in ranked[:PROBLEM_TEXT_GROUPS]]:
+        ranked = [ranked[0], (worst_key, groups[worst_key])] + [kv for kv in ranked[1:] if kv[0] != worst_key]
+    lead_entity = ranked[0][0][0]
+    phrases = []
+    for (entity, problem, _), members in ranked[:PROBLEM_TEXT_GROUPS]:
+        text = problem or "event"
+        if entity != lead_entity and entity:
+            text += f" on {entity}"
+        phrases.append(text + (f" ({len(members)} events)" if len(members) > 1 else ""))
+    firsts = [f.first_seen for f in facts if f.first_seen]
+    lasts = [f.last_seen for f in facts if f.last_seen]
+    errors = list(dict.fromkeys(f.facts_error for f in facts if f.facts_error))
+    elements = Counter(f.entity for f in facts if f.entity)
+    details = dict(ranked[0][1][0].details)
+    domains = Counter(f.details.get("domain", "?") for f in facts)
+    details["domains"] = ", ".join(f"{d} {n}" for d, n in domains.most_common())
+    if len(elements) > 1:
+        details["elements"] = ", ".join(e for e, _ in elements.most_common(8))
+    problems = [ProblemGroup(text=problem or "event", count=len(members), severity=severity, element=entity,
+                             first_seen=min((m.first_seen for m in members if m.first_seen), default=None),
+                             last_seen=max((m.last_seen for m in members if m.last_seen), default=None))
+                for (entity, problem, severity), members in ranked[:5]]
+    return Facts(entity=lead_entity, severity=worst, problem=clip("; ".join(phrases), 200),
+                 first_seen=min(firsts) if firsts else None, last_seen=max(lasts) if lasts else None,
+                 event_count=len(facts), details=details, facts_error="; ".join(errors) if errors else None,
+                 problems=problems)
+
+
 def parse(body: Any) -> Facts:
     """Facts from a VES body (object or JSON text). Raises VesError when it is not a VES event;
     missing or ill-typed fields inside an event go to facts_error instead."""
-    events = events_of(body)
-    facts = [_one_event(e) for e in events]
-    if len(facts) == 1:
-        return facts[0]
-    worst = worst_severity(f.severity for f in facts)
-    lead = next((f for f in facts if f.severity == worst), facts[0])
-    firsts = [f.first_seen for f in facts if f.first_seen]
-    lasts = [f.last_seen for f in facts if f.last_seen]
-    errors = [f.facts_error for f in facts if f.facts_error]
-    return Facts(entity=lead.entity, severity=worst, problem=lead.problem,
-                 first_seen=min(firsts) if firsts else None, last_seen=max(lasts) if lasts else None,
-                 event_count=len(facts), details=lead.details,
-                 facts_error="; ".join(errors) if errors else None)
+    facts = [_one_event(e) for e in events_of(body)]
+    return facts[0] if len(facts) == 1 else _batch(facts)

@@ -4,15 +4,20 @@ NGAP/XnAP traces. Record i depends only on (seed, profile, i), so a longer run e
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterator
 
 from worker.messages import Facts, TelemetryRecord
-from worker.telemetry import pm, syslog, trace, ves
+from worker.telemetry import logs_real, pm, syslog, trace, ves, ves_real
 from worker.telemetry.common import count_words
 from worker.telemetry.profiles import KINDS, PROFILES, pick, word_range
 
-__all__ = ["KINDS", "PROFILES", "count_words", "generate", "iter_generate", "word_range"]
+__all__ = ["KINDS", "PROFILES", "REAL_PROFILES", "count_words", "generate", "iter_generate", "word_range"]
+
+# Real-shaped profiles: host logs in every syslog shape and field-style VES/PM bodies (`real`,
+# 5-300 lines or events), or whole log files of 2,000-50,000 lines (`real-long`).
+REAL_PROFILES = ("real", "real-long")
 
 _MAKERS = {"ves": ves.make, "syslog": syslog.make, "pm": pm.make, "trace": trace.make}
 
@@ -21,8 +26,11 @@ def iter_generate(n: int | None, profile: str = "mixed", seed: int = 0,
                   kinds: tuple[str, ...] = KINDS) -> Iterator[tuple[TelemetryRecord, Facts]]:
     """Yields (record, ground-truth facts) for records 0..n-1 (forever when n is None).
     Raises ValueError on an unknown profile or kind, or a negative n."""
+    if profile in REAL_PROFILES:
+        yield from _iter_real(n, profile, seed)
+        return
     if profile not in PROFILES:
-        raise ValueError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
+        raise ValueError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES + REAL_PROFILES)}")
     unknown = [k for k in kinds if k not in _MAKERS]
     if unknown or not kinds:
         raise ValueError(f"unknown kinds {unknown}; choose from {', '.join(KINDS)}")
@@ -33,6 +41,21 @@ def iter_generate(n: int | None, profile: str = "mixed", seed: int = 0,
         rng = random.Random(f"{seed}:{profile}:{index}")  # str seeds hash the same on every run
         kind, target = pick(profile, index, rng, tuple(kinds))
         yield _MAKERS[kind](index, target, rng)
+        index += 1
+
+
+def _iter_real(n: int | None, profile: str, seed: int) -> Iterator[tuple[TelemetryRecord, Facts]]:
+    if n is not None and n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    index = 0
+    while n is None or index < n:
+        rng = random.Random(f"{seed}:{profile}:{index}")
+        if profile == "real-long":
+            yield logs_real.make(index, int(math.exp(rng.uniform(math.log(2000), math.log(50_000)))), rng)
+        elif index % 2 == 0:
+            yield logs_real.make(index // 2, int(math.exp(rng.uniform(math.log(5), math.log(300)))), rng)
+        else:
+            yield ves_real.make(index // 2, rng.randrange(3, 40), rng)
         index += 1
 
 

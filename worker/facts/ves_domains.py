@@ -1,0 +1,206 @@
+"""What each VES 7.x domain's fields say: (severity, problem, details) per event.
+
+fault, measurement, heartbeat, thresholdCrossingAlert, notification, pnfRegistration, stateChange,
+syslog, and stndDefined carrying a 3GPP TS 28.532 alarm notification (`notifyNewAlarm`, ...).
+A domain not listed here is read by its header alone (see `ves.py`).
+"""
+
+from __future__ import annotations
+
+from worker.facts.common import worst_severity
+from worker.facts.levels import PRI_SEVERITY
+
+REQUIRED_FAULT_FIELDS = (
+    "alarmCondition", "eventSeverity", "eventSourceType", "faultFieldsVersion", "specificProblem",
+    "vfStatus",
+)
+VES_SEVERITY = {"CRITICAL": "critical", "MAJOR": "major", "MINOR": "minor", "WARNING": "warning",
+                "NORMAL": "info"}
+# 3GPP TS 28.532 / X.733 perceivedSeverity
+PERCEIVED_SEVERITY = {"CRITICAL": "critical", "MAJOR": "major", "MINOR": "minor", "WARNING": "warning",
+                      "INDETERMINATE": "warning", "CLEARED": "info"}
+SYSLOG_SEV = {"emergency": 0, "alert": 1, "critical": 2, "error": 3, "warning": 4, "notice": 5, "info": 6,
+              "debug": 7}
+NEW_STATE_SEVERITY = {"outofservice": "major", "maintenance": "warning"}
+# Measurement thresholds the operator cares about (percent busy).
+CPU_MAJOR, CPU_MINOR = 90.0, 80.0
+MEM_MAJOR, MEM_MINOR = 90.0, 80.0
+
+Reading = tuple[str | None, str | None, dict[str, str], list[str]]  # severity, problem, details, errors
+
+
+def _str_fields(fields: dict, names) -> dict[str, str]:
+    return {k: str(fields[k]) for k in names if fields.get(k) not in (None, "", [], {})}
+
+
+def fault(event: dict) -> Reading:
+    errors: list[str] = []
+    fields = event.get("faultFields")
+    if not isinstance(fields, dict):
+        return None, None, {}, ["fault event has no faultFields object"]
+    missing = [f for f in REQUIRED_FAULT_FIELDS if f not in fields]
+    if missing:
+        errors.append("faultFields lacks " + ", ".join(missing))
+    raw = str(fields.get("eventSeverity", "")).upper()
+    severity = VES_SEVERITY.get(raw)
+    if raw and severity is None:
+        errors.append(f"unknown eventSeverity {fields['eventSeverity']!r}")
+    problem = fields.get("specificProblem") or fields.get("alarmCondition")
+    if problem and raw == "NORMAL":
+        problem = f"{problem} cleared"
+    details = _str_fields(fields, ("alarmCondition", "eventSourceType", "vfStatus", "alarmInterfaceA"))
+    if raw:
+        details["eventSeverity"] = raw
+    return severity, problem, details, errors
+
+
+def measurement(event: dict) -> Reading:
+    """The busiest CPU and memory against the thresholds above."""
+    fields = event.get("measurementFields")
+    if not isinstance(fields, dict):
+        return None, None, {}, ["measurement event has no measurementFields object"]
+    details: dict[str, str] = {}
+    if "measurementInterval" in fields:
+        details["measurementInterval"] = f"{fields['measurementInterval']} s"
+    findings: list[tuple[str, str]] = []
+    cpus = [c for c in fields.get("cpuUsageArray") or [] if isinstance(c, dict) and "percentUsage" in c]
+    if cpus:
+        top = max(cpus, key=lambda c: float(c["percentUsage"]))
+        usage = float(top["percentUsage"])
+        details["cpuMaxPercent"] = f"{usage:.1f}% ({top.get('cpuIdentifier', '?')})"
+        if usage >= CPU_MINOR:
+            findings.append(("major" if usage >= CPU_MAJOR else "minor",
+                             f"high CPU usage {usage:.1f}% on {top.get('cpuIdentifier', 'a CPU')}"))
+    for mem in fields.get("memoryUsageArray") or []:
+        if not isinstance(mem, dict):
+            continue
+        used, free = float(mem.get("memoryUsed", 0)), float(mem.get("memoryFree", 0))
+        if used + free <= 0:
+            continue
+        percent = 100.0 * used / (used + free)
+        details.setdefault("memoryMaxPercent", f"{percent:.1f}%")
+        if percent >= MEM_MINOR:
+            findings.append(("major" if percent >= MEM_MAJOR else "minor",
+                             f"high memory usage {percent:.1f}% on {mem.get('vmIdentifier', 'a VM')}"))
+    if not findings:
+        return "info", "routine measurement report, resource usage normal", details, []
+    severity = worst_severity(s for s, _ in findings)
+    return severity, "; ".join(p for s, p in findings if s == severity), details, []
+
+
+def heartbeat(event: dict) -> Reading:
+    fields = event.get("heartbeatFields") if isinstance(event.get("heartbeatFields"), dict) else {}
+    interval = fields.get("heartbeatInterval")
+    return "info", "heartbeat, element alive" + (f" (interval {interval} s)" if interval else ""), {}, []
+
+
+def threshold_crossing(event: dict) -> Reading:
+    fields = event.get("thresholdCrossingAlertFields")
+    if not isinstance(fields, dict):
+        return None, None, {}, ["thresholdCrossingAlert event has no thresholdCrossingAlertFields object"]
+    raw = str(fields.get("eventSeverity", "")).upper()
+    severity = VES_SEVERITY.get(raw)
+    errors = [f"unknown eventSeverity {fields['eventSeverity']!r}"] if raw and severity is None else []
+    action = str(fields.get("alertAction", "")).upper()
+    crossed = [str(p.get("thresholdCrossed")) for p in fields.get("additionalParameters") or []
+               if isinstance(p, dict) and p.get("thresholdCrossed")]
+    what = fields.get("alertDescription") or fields.get("alertType") or "threshold crossed"
+    problem = f"threshold crossed: {what}" + (f" ({', '.join(crossed[:3])})" if crossed else "")
+    if action == "CLEAR":
+        problem, severity = f"{problem} cleared", "info"
+    details = _str_fields(fields, ("alertType", "alertAction", "elementType", "interfaceName",
+                                   "networkService", "possibleRootCause"))
+    if raw:
+        details["eventSeverity"] = raw
+    return severity, problem, details, errors
+
+
+def notification(event: dict) -> Reading:
+    fields = event.get("notificationFields")
+    if not isinstance(fields, dict):
+        return None, None, {}, ["notification event has no notificationFields object"]
+    change = fields.get("changeType") or fields.get("changeIdentifier") or "notification"
+    old, new = fields.get("oldState"), fields.get("newState")
+    problem = str(change)
+    if new:
+        problem += f": state {old} -> {new}" if old else f": new state {new}"
+    if fields.get("stateInterface"):
+        problem += f" on {fields['stateInterface']}"
+    severity = NEW_STATE_SEVERITY.get(str(new or "").lower(), "info")
+    details = _str_fields(fields, ("changeIdentifier", "changeType", "changeContact", "stateInterface"))
+    files = [m for m in fields.get("arrayOfNamedHashMap") or [] if isinstance(m, dict) and m.get("name")]
+    if files:
+        details["files"] = ", ".join(str(m["name"]) for m in files[:4]) + (
+            f" and {len(files) - 4} more" if len(files) > 4 else "")
+        if not new:
+            problem += f" ({len(files)} file{'s' if len(files) > 1 else ''} ready)"
+    return severity, problem, details, []
+
+
+def pnf_registration(event: dict) -> Reading:
+    fields = event.get("pnfRegistrationFields")
+    if not isinstance(fields, dict):
+        return None, None, {}, ["pnfRegistration event has no pnfRegistrationFields object"]
+    what = " ".join(str(fields[k]) for k in ("vendorName", "modelNumber", "unitType") if fields.get(k))
+    problem = "PNF registration" + (f" of {what}" if what else "")
+    if fields.get("serialNumber"):
+        problem += f", serial {fields['serialNumber']}"
+    address = fields.get("oamV4IpAddress") or fields.get("oamV6IpAddress")
+    if address:
+        problem += f", OAM address {address}"
+    details = _str_fields(fields, ("vendorName", "modelNumber", "serialNumber", "softwareVersion", "unitType",
+                                   "oamV4IpAddress", "oamV6IpAddress"))
+    return "info", problem, details, []
+
+
+def state_change(event: dict) -> Reading:
+    fields = event.get("stateChangeFields")
+    if not isinstance(fields, dict):
+        return None, None, {}, ["stateChange event has no stateChangeFields object"]
+    new, old = fields.get("newState"), fields.get("oldState")
+    problem = f"state change {old} -> {new}" + (f" on {fields['stateInterface']}" if fields.get("stateInterface")
+                                                 else "")
+    return NEW_STATE_SEVERITY.get(str(new or "").lower(), "info"), problem, {}, []
+
+
+def syslog(event: dict) -> Reading:
+    fields = event.get("syslogFields")
+    if not isinstance(fields, dict):
+        return None, None, {}, ["syslog event has no syslogFields object"]
+    sev = SYSLOG_SEV.get(str(fields.get("syslogSev", "")).lower())
+    severity = PRI_SEVERITY[sev] if sev is not None else None
+    details = _str_fields(fields, ("syslogTag", "syslogProc", "eventSourceHost", "syslogSev"))
+    return severity, fields.get("syslogMsg"), details, []
+
+
+def stnd_defined(event: dict) -> Reading:
+    """stndDefined: a 3GPP TS 28.532 alarm notification, or any other standard's payload by its type."""
+    fields = event.get("stndDefinedFields")
+    if not isinstance(fields, dict):
+        return None, None, {}, ["stndDefined event has no stndDefinedFields object"]
+    data = fields.get("data") if isinstance(fields.get("data"), dict) else {}
+    details = _str_fields(fields, ("schemaReference",))
+    details.update(_str_fields(data, ("notificationType", "alarmType", "probableCause", "systemDN", "alarmId",
+                                      "href", "eventTime")))
+    kind = str(data.get("notificationType", ""))
+    raw = str(data.get("perceivedSeverity", "")).upper()
+    severity = PERCEIVED_SEVERITY.get(raw)
+    errors = [f"unknown perceivedSeverity {data['perceivedSeverity']!r}"] if raw and severity is None else []
+    if raw:
+        details["perceivedSeverity"] = raw
+    problem = data.get("specificProblem") or data.get("probableCause") or data.get("additionalText")
+    if problem and data.get("probableCause") and data.get("probableCause") != problem:
+        problem = f"{problem} ({data['probableCause']})"
+    if kind == "notifyClearedAlarm" or raw == "CLEARED":
+        severity, problem = "info", f"{problem or 'alarm'} cleared"
+    elif not problem and kind:
+        problem, severity = kind, severity or "info"
+    return severity, problem, details, errors
+
+
+READERS = {
+    "fault": fault, "measurement": measurement, "measurementsForVfScaling": measurement,
+    "heartbeat": heartbeat, "thresholdCrossingAlert": threshold_crossing, "notification": notification,
+    "pnfRegistration": pnf_registration, "stateChange": state_change, "syslog": syslog,
+    "stndDefined": stnd_defined,
+}

@@ -1,0 +1,34 @@
+"""Every prompt the worker sends to the model: text utilities (`text`), worked examples
+(`examples`) and the message templates (`templates`). Decoding defaults live in
+`worker.sampling_defaults`."""
+
+from worker.prompts.examples import EXAMPLE_VALUES, EXAMPLES
+from worker.prompts.templates import (
+    CHUNK_SYSTEM_PROMPT,
+    MAX_PROMPT_DETAILS,
+    STRUCTURED_BODY_TOKENS,
+    STRUCTURED_KINDS,
+    SYSTEM_PROMPT,
+    build_chunk_messages,
+    build_merge_messages,
+    build_messages,
+    render_facts,
+    render_key_facts,
+)
+from worker.prompts.text import (
+    COMPRESSED_KINDS,
+    TokenCounter,
+    approx_tokens,
+    compress_repeats,
+    render_body,
+    split_into_chunks,
+    trim_to_tokens,
+    withhold_instructions,
+)
+
+__all__ = [
+    "CHUNK_SYSTEM_PROMPT", "COMPRESSED_KINDS", "EXAMPLES", "EXAMPLE_VALUES",
+    "MAX_PROMPT_DETAILS", "STRUCTURED_BODY_TOKENS", "STRUCTURED_KINDS", "SYSTEM_PROMPT", "TokenCounter",
+    "approx_tokens", "build_chunk_messages", "build_merge_messages", "build_messages", "compress_repeats",
+    "render_body", "render_facts", "render_key_facts", "split_into_chunks", "trim_to_tokens", "withhold_instructions",
+]
