@@ -181,9 +181,10 @@ py::dict PyDispatcher::stats() const {
 }
 
 std::vector<std::vector<int32_t>> ffd_pack(const std::vector<int64_t>& spans, int64_t token_budget,
-                                           int64_t max_seqs_per_bin) {
+                                           int64_t max_seqs_per_bin, int64_t num_first) {
+    if (num_first < 0) throw py::value_error("num_first must be >= 0");
     FfdPacker packer(token_budget, max_seqs_per_bin);
-    packer.pack(spans.data(), spans.size());
+    packer.pack(spans.data(), spans.size(), static_cast<size_t>(num_first));
     std::vector<std::vector<int32_t>> bins(packer.num_bins());
     for (size_t b = 0; b < bins.size(); ++b) {
         bins[b].assign(packer.bin_items() + packer.bin_begin(b), packer.bin_items() + packer.bin_end(b));
