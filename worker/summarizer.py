@@ -2,8 +2,10 @@
 
 The caller's thread renders the prompt and tokenises it; the GPU loop (an `Engine`) prefills and
 decodes; `poll` turns finished sequences into `Summary`s (or the exception that stopped them).
-A record whose prompt exceeds the model's context is summarised hierarchically: its pieces
-first, then one merge of their summaries.
+A record whose prompt exceeds the model's context is summarised hierarchically (`long_inputs`):
+its pieces first, a few at a time so other records' sequences interleave with them, then a tree of
+merges of their summaries. A record over the per-record work cap is summarised from a stated
+selection, or refused with RecordTooLong, as the operator chose.
 """
 
 from __future__ import annotations
@@ -22,15 +24,20 @@ from worker.dispatch import Backpressure
 from worker.engine.engine import Engine
 from worker.engine.errors import ContextTooLong, EngineClosed
 from worker.engine.kv_arena import KVArena
-from worker.engine.long_inputs import merge_prompt, plan_chunk_prompts
 from worker.engine.runner import ModelRunner
 from worker.engine.sequence import SamplingParams, Sequence, SequenceStatus
 from worker.facts import extract_facts
+from worker.long_inputs import (RecordTooLong, body_for_pieces, plan_chunk_prompts, plan_merge,
+                                select_within_cap)
 from worker.messages import Facts, Summary, TelemetryRecord, Timings
 from worker.prompts import REPETITION_PENALTY, STOP_STRINGS, build_messages
 
 # A closed summarizer's thread finishes its step; joining longer than this means it is stuck.
 _JOIN_POLL_S = 0.05
+# Pieces of one long record in the engine at once: enough to keep a bin busy beside other work,
+# few enough that a long record never fills the dispatcher's queue ahead of newer records.
+MAX_PIECES_IN_FLIGHT = 2
+OVER_CAP_POLICIES = ("select", "dead_letter")
 
 
 def default_sampling(max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0) -> SamplingParams:
@@ -47,7 +54,10 @@ class _Request:
     facts: Facts
     submitted_at: float
     hierarchical: bool = False
-    pieces: list[str | None] = field(default_factory=list)   # piece summaries, in order
+    pieces: list[str | None] = field(default_factory=list)   # this level's summaries, in order
+    todo: collections.deque[tuple[list[int], int]] = field(default_factory=collections.deque)  # (prompt, piece)
+    in_flight: int = 0                                        # pieces in the engine now
+    selection: str | None = None                              # set when over the work cap
     prompt_tokens: int = 0
     output_tokens: int = 0
     prefill_s: float = 0.0
@@ -63,7 +73,8 @@ class Summarizer:
     def __init__(self, loaded, *, token_budget: int, max_new_tokens: int,
                  kv_capacity_rows: int | None = None, max_seqs_per_bin: int = 64,
                  sampling: SamplingParams | None = None, seed: int = 0, dispatcher=None,
-                 max_context: int | None = None) -> None:
+                 max_context: int | None = None, max_record_tokens: int | None = None,
+                 over_cap: str = "select") -> None:
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer
         # The prompts ask for one paragraph; the stop string ends the model's habit of adding another,
@@ -73,6 +84,11 @@ class Summarizer:
             self.params = dataclasses.replace(self.params, max_new_tokens=max_new_tokens)
         cfg = loaded.config
         self.max_context = max_context or cfg.max_position_embeddings
+        if over_cap not in OVER_CAP_POLICIES:
+            raise ValueError(f"over_cap must be one of {', '.join(OVER_CAP_POLICIES)}; got {over_cap!r}")
+        if max_record_tokens is not None and max_record_tokens < self.max_context:
+            raise ValueError(f"max_record_tokens {max_record_tokens} is below the context of {self.max_context}")
+        self.max_record_tokens, self.over_cap = max_record_tokens, over_cap
         if self.max_context <= max_new_tokens:
             raise ValueError(f"max_new_tokens {max_new_tokens} leaves no room in a {self.max_context}-token context")
         param = next(loaded.model.parameters())
@@ -92,9 +108,10 @@ class Summarizer:
                              detokenize=self._decode if self.params.stop else None, seed=seed)
         self._lock = threading.Lock()  # protects _owners, _deferred, _results, _closing
         self._owners: dict[int, tuple[_Request, int]] = {}  # seq_id -> (request, piece index or -1)
-        self._deferred: collections.deque[tuple[_Request, list[int], int]] = collections.deque()
+        self._deferred: collections.deque[_Request] = collections.deque()  # long records with todo pieces
         self._results: collections.deque[tuple[Hashable, Summary | Exception]] = collections.deque()
         self._closing = False
+        self._retry_lock = threading.RLock()  # one thread at a time submits deferred pieces
         self._thread: threading.Thread | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -121,7 +138,7 @@ class Summarizer:
                 self._thread.join(_JOIN_POLL_S)
         self._pump(0.0)
         with self._lock:  # hierarchical pieces or merges that never reached the engine
-            stranded = {id(r): r for r, _, _ in self._deferred if not r.failed}
+            stranded = {id(r): r for r in self._deferred if not r.failed}
             self._deferred.clear()
         for req in stranded.values():
             req.failed = True
@@ -148,29 +165,46 @@ class Summarizer:
         if len(prompt) <= limit:
             self._add(req, prompt, -1)
             return
+        body = body_for_pieces(record)
+        if self.max_record_tokens is not None and self._count_tokens(body) > self.max_record_tokens:
+            if self.over_cap == "dead_letter":
+                raise RecordTooLong(f"record {record.id!r}: its body is over the work cap of "
+                                    f"{self.max_record_tokens} tokens")
+            selected = select_within_cap(body, self.max_record_tokens, self._count_tokens)
+            body, req.selection = selected.text, selected.description
         pieces = plan_chunk_prompts(record, tokenize=self.tokenize, count_tokens=self._count_tokens,
-                                    max_prompt_tokens=limit)
+                                    max_prompt_tokens=limit, body=body)
         req.hierarchical = True
         req.num_chunks = len(pieces)
         req.pieces = [None] * len(pieces)
         self._add(req, pieces[0], 0)  # Backpressure here rejects the record as a whole
-        with self._lock:
-            self._deferred.extend((req, p, i) for i, p in enumerate(pieces[1:], start=1))
-        self._retry_deferred()
+        req.todo.extend((p, i) for i, p in enumerate(pieces[1:], start=1))
+        self._defer(req)
 
     def _add(self, req: _Request, prompt: list[int], piece: int) -> None:
         with self._lock:  # held across add so the sequence is owned before it can finish
             seq = self.engine.add(prompt, self.params)
             self._owners[seq.seq_id] = (req, piece)
+            req.in_flight += 1
         req.prompt_tokens += len(prompt)
 
+    def _defer(self, req: _Request) -> None:
+        with self._lock:
+            if req not in self._deferred:
+                self._deferred.append(req)
+        self._retry_deferred()
+
     def _retry_deferred(self) -> None:
-        while True:
-            with self._lock:
-                if not self._deferred:
-                    return
-                req, prompt, piece = self._deferred[0]
-            if not req.failed:
+        """Submit long records' next pieces, round-robin, at most MAX_PIECES_IN_FLIGHT per record."""
+        with self._retry_lock:
+            self._retry_deferred_locked()
+
+    def _retry_deferred_locked(self) -> None:
+        with self._lock:
+            waiting = list(self._deferred)
+        for req in waiting:
+            while req.todo and not req.failed and req.in_flight < MAX_PIECES_IN_FLIGHT:
+                prompt, piece = req.todo[0]
                 try:
                     self._add(req, prompt, piece)
                 except Backpressure:
@@ -178,8 +212,11 @@ class Summarizer:
                 except Exception as exc:  # closed, or a prompt the engine refuses: the record fails
                     req.failed = True
                     self._push(req.request_id, exc)
-            with self._lock:
-                self._deferred.popleft()
+                    break
+                req.todo.popleft()
+            if req.failed or not req.todo:
+                with self._lock:
+                    self._deferred.remove(req)
 
     def _has_unsubmitted_work(self) -> bool:
         with self._lock:
@@ -257,6 +294,7 @@ class Summarizer:
     def _on_finished(self, seq: Sequence) -> None:
         with self._lock:
             req, piece = self._owners.pop(seq.seq_id)
+            req.in_flight -= 1
         if req.failed:
             return
         if seq.status is SequenceStatus.FAILED:
@@ -275,20 +313,28 @@ class Summarizer:
         req.pieces[piece] = text.strip()
         if None in req.pieces:
             return
-        try:
-            prompt = merge_prompt(req.record, req.facts, list(req.pieces), tokenize=self.tokenize,
-                                  max_prompt_tokens=self.max_context - self.params.max_new_tokens)
-            req.pieces = []  # merged next: the final sequence has piece -1
-            with self._lock:
-                self._deferred.append((req, prompt, -1))
+        try:  # one merge when it fits; else the next level of the tree: merges of groups
+            prompts = plan_merge(req.record, req.facts, list(req.pieces), tokenize=self.tokenize,
+                                 max_prompt_tokens=self.max_context - self.params.max_new_tokens)
         except ContextTooLong as exc:
             req.failed = True
             self._push(req.request_id, exc)
+            return
+        if len(prompts) == 1:  # the final sequence has piece -1
+            req.pieces = []
+            req.todo.append((prompts[0], -1))
+        else:
+            req.pieces = [None] * len(prompts)
+            req.todo.extend((p, i) for i, p in enumerate(prompts))
+        with self._lock:
+            if req not in self._deferred:
+                self._deferred.append(req)
 
     def _summary(self, req: _Request, text: str) -> Summary:
         return Summary(
             id=req.record.id, summary=text, model=self.loaded.name, prompt_tokens=req.prompt_tokens,
             output_tokens=req.output_tokens, hierarchical=req.hierarchical, chunks=req.num_chunks,
+            selection=req.selection,
             facts=req.facts, timings=Timings(queued_s=req.queued_s or 0.0, prefill_s=req.prefill_s,
                                              decode_s=req.decode_s,
                                              total_s=time.perf_counter() - req.submitted_at))

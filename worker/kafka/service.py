@@ -51,7 +51,8 @@ def build_summarizer(settings: WorkerSettings, loaded):
     from worker.summarizer import Summarizer
 
     return Summarizer(loaded, token_budget=settings.token_budget, max_new_tokens=settings.max_new_tokens,
-                      max_context=settings.max_context)
+                      max_context=settings.max_context, max_record_tokens=settings.max_record_tokens or None,
+                      over_cap=settings.over_cap)
 
 
 def install_signal_handlers(stop: threading.Event) -> None:

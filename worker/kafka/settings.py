@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,8 @@ def _opt(default: Any, env: str, help: str, choices: tuple[str, ...] | None = No
 
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+PROCESSING_GUARANTEES = ("at-least-once", "exactly-once")
+OVER_CAP_POLICIES = ("select", "dead_letter")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
 
 
@@ -61,6 +64,16 @@ class WorkerSettings:
     max_in_flight: int = _opt(256, "TELESUM_MAX_IN_FLIGHT", "records inside the summarizer before pausing")
     commit_interval_s: float = _opt(0.5, "TELESUM_COMMIT_INTERVAL_S", "commit done offsets this often")
     drain_timeout_s: float = _opt(30.0, "TELESUM_DRAIN_TIMEOUT_S", "on SIGTERM, finish in-flight work within this")
+    # Delivery
+    processing_guarantee: str = _opt("at-least-once", "TELESUM_PROCESSING_GUARANTEE",
+                                     "'exactly-once': answers and offsets in one Kafka transaction per batch "
+                                     "(consumers must read with isolation.level=read_committed)",
+                                     PROCESSING_GUARANTEES)
+    transaction_max_records: int = _opt(256, "TELESUM_TRANSACTION_MAX_RECORDS",
+                                        "exactly-once: close a transaction after this many answers "
+                                        "(or after --commit-interval-s)")
+    transaction_timeout_ms: int = _opt(60000, "TELESUM_TRANSACTION_TIMEOUT_MS",
+                                       "exactly-once: the broker aborts a transaction open longer than this")
     # Model and engine
     model: str = _opt("embedded", "TELESUM_MODEL",
                       "'embedded' (SmolLM2-135M), 'tiny' (random weights), a .gguf file or an HF folder")
@@ -69,6 +82,12 @@ class WorkerSettings:
     token_budget: int = _opt(8192, "TELESUM_TOKEN_BUDGET", "tokens per packed prefill bin")
     max_new_tokens: int = _opt(128, "TELESUM_MAX_NEW_TOKENS", "summary length limit in tokens")
     max_context: int | None = _opt(None, "TELESUM_MAX_CONTEXT", "context limit (default: the model's)")
+    max_record_tokens: int = _opt(131072, "TELESUM_MAX_RECORD_TOKENS",
+                                  "per-record work cap in body tokens (0: none); see --over-cap")
+    over_cap: str = _opt("select", "TELESUM_OVER_CAP",
+                         "a record over the work cap: 'select' summarises its head, tail and line-template "
+                         "counts (stated in the Summary's `selection`), 'dead_letter' refuses it as too_long",
+                         OVER_CAP_POLICIES)
     # Scale-out and observability
     gpus: str | None = _opt(None, "TELESUM_GPUS",
                             "one worker process per GPU under a supervisor: 'all', a count N, a list of "
@@ -92,12 +111,15 @@ class WorkerSettings:
             raise SettingsError("input, output and dead-letter topics must be three different topics")
         for name in ("session_timeout_ms", "heartbeat_interval_ms", "max_poll_interval_ms", "poll_timeout_ms",
                      "max_poll_records", "max_request_size", "delivery_timeout_ms", "max_in_flight",
-                     "token_budget", "max_new_tokens"):
+                     "token_budget", "max_new_tokens", "transaction_max_records", "transaction_timeout_ms"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"{_names(_field(name))} must be > 0; got {getattr(self, name)}")
         for name in ("commit_interval_s", "drain_timeout_s"):
             if getattr(self, name) < 0:
                 raise SettingsError(f"{_names(_field(name))} must be >= 0; got {getattr(self, name)}")
+        if self.max_record_tokens < 0 or (self.max_context and 0 < self.max_record_tokens < self.max_context):
+            raise SettingsError(f"{_names(_field('max_record_tokens'))} must be 0 (no cap) or at least the "
+                                f"context; got {self.max_record_tokens}")
         if not 0 <= self.metrics_port <= 65535:
             raise SettingsError(f"{_names(_field('metrics_port'))} must be in 0..65535; got {self.metrics_port}")
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
@@ -120,6 +142,15 @@ class WorkerSettings:
         if self.security_protocol in ("SSL", "SASL_SSL"):
             cfg["ssl_check_hostname"] = self.ssl_check_hostname
         return cfg
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.processing_guarantee == "exactly-once"
+
+    @property
+    def transactional_id(self) -> str:
+        """Stable per worker across restarts, so a restarted worker fences its previous life."""
+        return f"telesum.{self.group_id}.{self.worker_id or socket.gethostname()}"
 
     @property
     def worker_name(self) -> str:
