@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
+import sys
 import threading
 
 from worker.kafka import settings as settings_mod
@@ -14,6 +16,12 @@ from worker.kafka.settings import SettingsError, WorkerSettings
 from worker.metrics import WorkerMetrics, gpu_label
 
 log = logging.getLogger(__name__)
+
+# Exit codes of `telesum worker` (also in the README).
+EXIT_DRAINED = 0          # every in-flight record answered and committed
+EXIT_SETTINGS = 2         # a setting is invalid
+EXIT_DEADLINE = 3         # the drain deadline hit with work in flight: its new owner replays it
+EXIT_FENCED = 4           # exactly-once: another worker with this transactional id took over
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,7 +87,7 @@ def start_metrics(settings: WorkerSettings, device) -> WorkerMetrics:
 
 
 def run(args: argparse.Namespace) -> int:
-    from worker.kafka.loop import KafkaWorker
+    from worker.kafka.loop import KafkaWorker, ProducerFenced
 
     try:
         settings = WorkerSettings.from_sources(args)
@@ -87,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
             return supervisor.run_supervised(settings, verbose=getattr(args, "verbose", False))
     except SettingsError as exc:  # an operator's mistake: the message, not a traceback
         log.error("%s", exc)
-        return 2
+        return EXIT_SETTINGS
     if not getattr(args, "verbose", False):  # kafka-python logs every connection at INFO
         logging.getLogger("kafka").setLevel(logging.WARNING)
     supervisor.follow_supervisor()
@@ -103,7 +111,20 @@ def run(args: argparse.Namespace) -> int:
                          observer=metrics.observe_loop)
     try:
         stats = worker.run(stop)
+        code = EXIT_DRAINED if stats.drained_cleanly else EXIT_DEADLINE
+        log.info("worker stopped: %s", stats)
+    except ProducerFenced as exc:
+        log.error("%s; stopping (the other worker owns this transactional id's work now)", exc)
+        code = EXIT_FENCED
     finally:
         summarizer.close(drain=False, timeout=5.0)
-    log.info("worker stopped: %s", stats)
-    return 0 if stats.drained_cleanly else 3
+    if summarizer._thread is not None and summarizer._thread.is_alive():
+        # The GPU loop is still inside one model step (native code, GIL released): ending the
+        # interpreter now would kill that thread in a noexcept frame and abort the process. Its
+        # records are uncommitted and replayed by their next owner; leave without finalizing.
+        log.warning("the GPU loop is still in a step at exit; leaving it (exit code %d)", code)
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
