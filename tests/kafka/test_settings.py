@@ -58,3 +58,26 @@ def test_settings_frozen_after_construction():
 def test_settings_repr_hides_sasl_password():
     s = WorkerSettings(sasl_mechanism="PLAIN", sasl_plain_username="u", sasl_plain_password="hunter2")
     assert "hunter2" not in repr(s)
+
+
+def test_settings_delivery_and_work_cap_defaults_and_env():
+    default = WorkerSettings.from_sources(env={})
+    assert default.processing_guarantee == "at-least-once" and not default.exactly_once
+    assert (default.max_record_tokens, default.over_cap) == (131072, "select")
+    s = WorkerSettings.from_sources(env={"TELESUM_PROCESSING_GUARANTEE": "exactly-once", "TELESUM_GROUP_ID": "noc",
+                                         "TELESUM_WORKER_ID": "gpu-host-3", "TELESUM_OVER_CAP": "dead_letter",
+                                         "TELESUM_MAX_RECORD_TOKENS": "0"})
+    assert s.exactly_once and s.transactional_id == "telesum.noc.gpu-host-3"
+    assert s.over_cap == "dead_letter" and s.max_record_tokens == 0
+    assert WorkerSettings.from_sources(env=s.to_environment()) == s
+
+
+@pytest.mark.parametrize("env, match", [
+    ({"TELESUM_PROCESSING_GUARANTEE": "at-most-once"}, "TELESUM_PROCESSING_GUARANTEE"),
+    ({"TELESUM_OVER_CAP": "truncate"}, "TELESUM_OVER_CAP"),
+    ({"TELESUM_MAX_RECORD_TOKENS": "100", "TELESUM_MAX_CONTEXT": "2048"}, "TELESUM_MAX_RECORD_TOKENS"),
+    ({"TELESUM_TRANSACTION_MAX_RECORDS": "0"}, "TELESUM_TRANSACTION_MAX_RECORDS"),
+])
+def test_settings_bad_delivery_value_raises_naming_it(env, match):
+    with pytest.raises(SettingsError, match=match):
+        WorkerSettings.from_sources(env=env)

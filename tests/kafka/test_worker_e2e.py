@@ -110,6 +110,23 @@ def test_worker_sigterm_drains_and_restart_reanswers_nothing(kafka_bootstrap, to
     assert counts == collections.Counter(ids), "some id was answered twice or never"
 
 
+def test_worker_sigterm_drain_deadline_exits_3_without_abort_and_loses_nothing(kafka_bootstrap, topics,
+                                                                                 start_worker):
+    inp, out, dlq = topics(1)
+    ids = produce_records(kafka_bootstrap, inp, range(150))
+    group = f"g-{uuid.uuid4().hex}"
+    # A zero drain deadline with records in flight: the documented exit code, no native abort.
+    first = start_worker(inp, out, dlq, group, **{"drain-timeout-s": "0", "max-new-tokens": "64"})
+    consume(kafka_bootstrap, [out], lambda g: len(g) >= 1)
+    first.signal(signal.SIGTERM)
+    assert first.wait() == 3, first.log()[-3000:]
+    assert "drained (deadline hit)" in first.log() and "terminate called" not in first.log()
+    second = start_worker(inp, out, dlq, group)
+    got = consume(kafka_bootstrap, [out, dlq], lambda g: set(_ids(g, out)) >= set(ids))
+    assert second.stop() == 0
+    assert set(_ids(got, out)) == set(ids)  # what the first left uncommitted, the second answered
+
+
 def test_worker_bad_inputs_dead_letters_and_keeps_running(kafka_bootstrap, topics, start_worker):
     inp, out, dlq = topics(1)
     good = msgspec.json.encode(TelemetryRecord(id="good-1", kind="text", body="link down on port 3"))

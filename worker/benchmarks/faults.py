@@ -95,11 +95,12 @@ class _Worker:
         self.proc.wait()
         self._log.close()
 
-    def wait_started(self, timeout_s: float = 120) -> None:
-        """Until the worker logged that it serves (its signal handlers are installed by then)."""
+    def wait_started(self, timeout_s: float = 120, marker: bytes = b" -> ") -> None:
+        """Until the worker logged `marker`: by default that it serves (its signal handlers are
+        installed by then); b"assigned [(" once it holds partitions."""
         deadline = time.monotonic() + timeout_s
         while self.proc.poll() is None and time.monotonic() < deadline:
-            if b" -> " in self.log_path.read_bytes():
+            if marker in self.log_path.read_bytes():
                 return
             time.sleep(0.1)
 
@@ -227,7 +228,8 @@ def run_plan(plan: Plan, bootstrap: str, tokenizer: Path, work_dir: Path, *, wit
         while (answers.answered() < mark or last >= answers.answered() < total) and time.monotonic() < deadline:
             time.sleep(0.1)
         last = answers.answered()
-        if event == "kill":
+        if event == "kill":  # a worker that holds partitions, so work is in flight when it dies
+            main.wait_started(max(1.0, deadline - time.monotonic()), marker=b"assigned [(")
             main.kill()
             codes.append(-signal.SIGKILL)
             main = start("a")
