@@ -30,10 +30,13 @@ from worker.facts import extract_facts
 from worker.long_inputs import (RecordTooLong, body_for_pieces, plan_chunk_prompts, plan_merge,
                                 select_within_cap)
 from worker.messages import Facts, Summary, TelemetryRecord, Timings
-from worker.prompts import REPETITION_PENALTY, STOP_STRINGS, build_messages
+from worker.prompts import REPETITION_PENALTY, STOP_STRINGS, approx_tokens, build_messages
 
 # A closed summarizer's thread finishes its step; joining longer than this means it is stuck.
 _JOIN_POLL_S = 0.05
+# A body longer than this many contexts (estimated, 4 characters a token) is planned on a thread
+# of its own instead of the caller's.
+_PLAN_APART_CONTEXTS = 2
 # Pieces of one long record in the engine at once: enough to keep a bin busy beside other work,
 # few enough that a long record never fills the dispatcher's queue ahead of newer records.
 MAX_PIECES_IN_FLIGHT = 2
@@ -106,9 +109,10 @@ class Summarizer:
         self.engine = Engine(ModelRunner(loaded.model, self.arena.cache, self.device), self.dispatcher,
                              self.arena.slabs, eos_ids=tuple(cfg.eos_token_ids), max_context=self.max_context,
                              detokenize=self._decode if self.params.stop else None, seed=seed)
-        self._lock = threading.Lock()  # protects _owners, _deferred, _results, _closing
+        self._lock = threading.Lock()  # protects _owners, _deferred, _planning, _results, _closing
         self._owners: dict[int, tuple[_Request, int]] = {}  # seq_id -> (request, piece index or -1)
         self._deferred: collections.deque[_Request] = collections.deque()  # long records with todo pieces
+        self._planning: set[_Request] = set()  # long records whose pieces are being planned apart
         self._results: collections.deque[tuple[Hashable, Summary | Exception]] = collections.deque()
         self._closing = False
         self._retry_lock = threading.RLock()  # one thread at a time submits deferred pieces
@@ -138,8 +142,9 @@ class Summarizer:
                 self._thread.join(_JOIN_POLL_S)
         self._pump(0.0)
         with self._lock:  # hierarchical pieces or merges that never reached the engine
-            stranded = {id(r): r for r in self._deferred if not r.failed}
+            stranded = {id(r): r for r in [*self._deferred, *self._planning] if not r.failed}
             self._deferred.clear()
+            self._planning.clear()
         for req in stranded.values():
             req.failed = True
             self._push(req.request_id, EngineClosed("the summarizer closed before this record finished"))
@@ -158,6 +163,15 @@ class Summarizer:
         with self._lock:
             if self._closing:
                 raise RuntimeError("the summarizer is closed")
+        if approx_tokens(record.body_text()) > _PLAN_APART_CONTEXTS * self.max_context:
+            # Surely beyond one context: plan its pieces on a thread of their own, so the caller (the
+            # Kafka poll loop) is not held for the tens of seconds a multi-megabyte body takes to
+            # tokenise (measured: 39 s for 5 MB on 2 busy cores, every other record waiting).
+            req = _Request(request_id, record, Facts(), time.perf_counter(), hierarchical=True)
+            with self._lock:
+                self._planning.add(req)
+            threading.Thread(target=self._plan_apart, args=(req,), name="telesum-long-plan", daemon=True).start()
+            return
         facts = extract_facts(record)
         req = _Request(request_id, record, facts, time.perf_counter())
         prompt = self.tokenize(build_messages(record, facts))
@@ -165,21 +179,56 @@ class Summarizer:
         if len(prompt) <= limit:
             self._add(req, prompt, -1)
             return
+        self._plan_pieces(req)
+        prompt, piece = req.todo.popleft()
+        self._add(req, prompt, piece)  # Backpressure here rejects the record as a whole
+        self._defer(req)
+
+    def _plan_pieces(self, req: _Request) -> None:
+        """The record's chunk prompts into req.todo (from a stated selection when over the work cap).
+        Raises RecordTooLong (over the cap, policy dead_letter) or ContextTooLong."""
+        record, limit = req.record, self.max_context - self.params.max_new_tokens
         body = body_for_pieces(record)
-        if self.max_record_tokens is not None and self._count_tokens(body) > self.max_record_tokens:
+        lines = body.splitlines()  # one batch call counts every line: per-line calls cost ~100x more
+        counts = dict(zip(lines, map(len, self.tokenizer(lines, add_special_tokens=False)["input_ids"]))) \
+            if lines else {}
+
+        def count_tokens(text: str) -> int:
+            n = counts.get(text)
+            return n if n is not None else self._count_tokens(text)
+
+        if self.max_record_tokens is not None and sum(counts.values()) + len(lines) > self.max_record_tokens:
             if self.over_cap == "dead_letter":
                 raise RecordTooLong(f"record {record.id!r}: its body is over the work cap of "
                                     f"{self.max_record_tokens} tokens")
-            selected = select_within_cap(body, self.max_record_tokens, self._count_tokens)
+            selected = select_within_cap(body, self.max_record_tokens, count_tokens)
             body, req.selection = selected.text, selected.description
-        pieces = plan_chunk_prompts(record, tokenize=self.tokenize, count_tokens=self._count_tokens,
+        pieces = plan_chunk_prompts(record, tokenize=self.tokenize, count_tokens=count_tokens,
                                     max_prompt_tokens=limit, body=body)
         req.hierarchical = True
         req.num_chunks = len(pieces)
         req.pieces = [None] * len(pieces)
-        self._add(req, pieces[0], 0)  # Backpressure here rejects the record as a whole
-        req.todo.extend((p, i) for i, p in enumerate(pieces[1:], start=1))
-        self._defer(req)
+        req.todo.extend((p, i) for i, p in enumerate(pieces))
+
+    def _plan_apart(self, req: _Request) -> None:
+        """The planning thread of one long record: facts, pieces, then its pieces join the engine."""
+        try:
+            req.facts = extract_facts(req.record)
+            self._plan_pieces(req)
+        except Exception as exc:  # noqa: BLE001 - this record's problem: it comes back as its result
+            req.failed = True
+            self._push(req.request_id, exc)
+        finally:
+            with self._lock:
+                self._planning.discard(req)
+        if not req.failed:
+            self._defer(req)
+
+    def threads_alive(self) -> bool:
+        """True while the GPU loop or a long record's planning thread still runs. Thread-safe."""
+        with self._lock:
+            planning = bool(self._planning)
+        return planning or (self._thread is not None and self._thread.is_alive())
 
     def _add(self, req: _Request, prompt: list[int], piece: int) -> None:
         with self._lock:  # held across add so the sequence is owned before it can finish
@@ -220,7 +269,7 @@ class Summarizer:
 
     def _has_unsubmitted_work(self) -> bool:
         with self._lock:
-            return bool(self._deferred) or any(
+            return bool(self._deferred or self._planning) or any(
                 r.hierarchical and not r.failed and None in r.pieces for r, _ in self._owners.values())
 
     # -- offline helpers --------------------------------------------------------------------

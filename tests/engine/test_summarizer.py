@@ -1,6 +1,7 @@
 """Summarizer on a tiny random model: order, token counts, long-input lane, hierarchical path, errors."""
 
 import random
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -221,12 +222,32 @@ def test_summarizer_over_work_cap_summarises_stated_selection(loaded):
 def test_summarizer_over_work_cap_dead_letter_policy_refuses(loaded):
     s = _summarizer(loaded, token_budget=512, max_context=1024, max_record_tokens=3000, over_cap="dead_letter")
     try:
-        with pytest.raises(RecordTooLong, match="work cap of 3000"):
-            s.submit("big", _record(10, body=_long_body(2000)))
+        s.submit("big", _record(10, body=_long_body(2000)))  # planned apart: refused as its result
         s.submit("small", _record(11))
-        (result,) = [r for _, r in s.poll(30.0)]
+        results: dict = {}
+        while len(results) < 2:
+            results.update(s.poll(1.0))
     finally:
         s.close()
-    assert isinstance(result, Summary) and result.selection is None
+    assert isinstance(results["big"], RecordTooLong) and "work cap of 3000" in str(results["big"])
+    assert isinstance(results["small"], Summary) and results["small"].selection is None
     with pytest.raises(ValueError, match="over_cap"):
         Summarizer(loaded, token_budget=512, max_new_tokens=MAX_NEW, over_cap="drop")
+
+
+def test_summarizer_far_beyond_context_plans_off_the_callers_thread(loaded):
+    # The Kafka poll loop calls submit: a multi-context record must not be tokenised on its thread.
+    s = _summarizer(loaded, token_budget=1024)  # the model's 4,096-token context: "fits" fits
+    planned_on: list[str] = []
+    plan = s._plan_pieces
+    s._plan_pieces = lambda req: (planned_on.append(threading.current_thread().name), plan(req))[1]
+    try:
+        s.submit("long", _record(12, body=_long_body(1000)))
+        s.submit("fits", _record(13))
+        results: dict = {}
+        while len(results) < 2:
+            results.update(s.poll(1.0))
+    finally:
+        s.close()
+    assert planned_on == ["telesum-long-plan"]
+    assert results["long"].hierarchical and isinstance(results["fits"], Summary)

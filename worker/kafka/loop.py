@@ -292,7 +292,10 @@ class KafkaWorker:
         if not force and not due:
             return
         self._last_commit = now
-        offsets = self.tracker.committable()
+        # Never for partitions being revoked: once this member rejoined, its generation is current
+        # and the broker would take the commit, while the new owner may already have read the old
+        # offset and replays (in exactly-once, duplicates a read-committed consumer sees).
+        offsets = {tp: o for tp, o in self.tracker.committable().items() if tp not in self._revoking}
         if not offsets:
             return
         if self.transactions is not None:

@@ -118,11 +118,12 @@ def run(args: argparse.Namespace) -> int:
         code = EXIT_FENCED
     finally:
         summarizer.close(drain=False, timeout=5.0)
-    if summarizer._thread is not None and summarizer._thread.is_alive():
-        # The GPU loop is still inside one model step (native code, GIL released): ending the
-        # interpreter now would kill that thread in a noexcept frame and abort the process. Its
-        # records are uncommitted and replayed by their next owner; leave without finalizing.
-        log.warning("the GPU loop is still in a step at exit; leaving it (exit code %d)", code)
+    if summarizer.threads_alive():
+        # The GPU loop is still inside one model step, or a long record is still being planned
+        # (native code, GIL released): ending the interpreter now would kill that thread in a
+        # frame that cannot unwind and abort the process. Its records are uncommitted and replayed
+        # by their next owner; leave without finalizing.
+        log.warning("the GPU loop or a planning thread is still busy at exit; leaving it (exit code %d)", code)
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
