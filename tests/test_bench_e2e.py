@@ -34,15 +34,15 @@ class _Thing:
         _clock.now += 0.03
 
 
-@pytest.fixture(autouse=True)
-def _fake_clock(monkeypatch):
+@pytest.fixture
+def fake_clock(monkeypatch):
     import worker.benchmarks.e2e_stages as stages
 
     monkeypatch.setattr(stages.time, "perf_counter", _clock)
     monkeypatch.setattr(time, "perf_counter", _clock)
 
 
-def test_stage_timer_nested_calls_counted_exclusively() -> None:
+def test_stage_timer_nested_calls_counted_exclusively(fake_clock) -> None:
     timer = StageTimer()
     thing = _Thing()
     timer.patch(thing, "inner", "inner")
@@ -55,7 +55,7 @@ def test_stage_timer_nested_calls_counted_exclusively() -> None:
     assert timer.seconds["worker:outer"] == pytest.approx(0.02)
 
 
-def test_stage_timer_calls_outside_window_not_counted() -> None:
+def test_stage_timer_calls_outside_window_not_counted(fake_clock) -> None:
     timer = StageTimer()
     thing = _Thing()
     timer.patch(thing, "inner", "inner")
@@ -66,7 +66,7 @@ def test_stage_timer_calls_outside_window_not_counted() -> None:
     assert dict(timer.seconds) == {} and dict(timer.calls) == {}
 
 
-def test_stage_timer_restore_undoes_patches() -> None:
+def test_stage_timer_restore_undoes_patches(fake_clock) -> None:
     timer = StageTimer()
     thing = _Thing()
     timer.patch(thing, "inner", "inner")
@@ -78,7 +78,7 @@ def test_stage_timer_restore_undoes_patches() -> None:
     assert _Thing.outer.__name__ == "outer" and not hasattr(_Thing.outer, "__wrapped__")
 
 
-def test_stage_timer_engine_thread_named_engine() -> None:
+def test_stage_timer_engine_thread_named_engine(fake_clock) -> None:
     timer = StageTimer()
     timer.open_window(time.perf_counter())
     work = timer.wrap("step", lambda: setattr(_clock, "now", _clock.now + 0.01))
