@@ -89,5 +89,7 @@ PYBIND11_MODULE(_native, m) {
         .def_property_readonly("gpu_step_s", &AccumulationWindow::gpu_step_s);
 
     m.def("ffd_pack", &ffd_pack, py::arg("spans"), py::arg("token_budget"), py::arg("max_seqs_per_bin"),
-          "First-fit-decreasing over aligned spans; the item indices of each bin, in placement order.");
+          py::arg("num_first") = 0,
+          "First-fit-decreasing over aligned spans (items 0..num_first-1 placed first, in order); the "
+          "item indices of each bin, in placement order.");
 }

@@ -14,7 +14,7 @@ FfdPacker::FfdPacker(int64_t token_budget, int64_t max_seqs_per_bin)
     if (max_seqs_per_bin <= 0) throw std::invalid_argument("max_seqs_per_bin must be positive");
 }
 
-void FfdPacker::pack(const int64_t* spans, size_t n) {
+void FfdPacker::pack(const int64_t* spans, size_t n, size_t num_first) {
     if (n >= (size_t{1} << 31)) throw std::invalid_argument("too many items in one round");
     order_.resize(n);
     for (size_t i = 0; i < n; ++i) {
@@ -23,7 +23,10 @@ void FfdPacker::pack(const int64_t* spans, size_t n) {
             throw std::invalid_argument("span " + std::to_string(span) + " of item " +
                                         std::to_string(i) + " is outside [1, token_budget]");
         }
-        order_[i] = (static_cast<uint64_t>(token_budget_ - span) << 32) | static_cast<uint64_t>(i);
+        // Sort key (budget - span) << 32 | index; items placed first get the top bit clear and
+        // everyone else's set, so they sort before any span and among themselves by index.
+        const uint64_t rank = i < num_first ? 0 : (uint64_t{1} << 31) | static_cast<uint64_t>(token_budget_ - span);
+        order_[i] = (rank << 32) | static_cast<uint64_t>(i);
     }
     std::sort(order_.begin(), order_.end());
 
@@ -46,8 +49,8 @@ void FfdPacker::pack(const int64_t* spans, size_t n) {
         bin_used_[b] += span;
         bin_count_[b] += 1;
         assign_[item] = static_cast<int32_t>(b);
-        // Items only shrink, so a bin that cannot take the smallest possible span (1 token) or
-        // has hit the count cap never takes another item.
+        // After the first items, spans only shrink, so a bin that cannot take the smallest possible
+        // span (1 token) or has hit the count cap never takes another item.
         while (first_open < bin_used_.size() &&
                (bin_used_[first_open] >= token_budget_ || bin_count_[first_open] >= max_seqs_)) {
             ++first_open;

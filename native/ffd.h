@@ -9,6 +9,10 @@
 // bin with room (tokens and sequence count); a new bin opens when none has. Within a bin, items keep
 // placement order. The result is prefix-stable: packing only the items of bins k+1.. again gives
 // the same bins, which lets the dispatcher emit the first bins now and carry the rest.
+//
+// Fairness: the first `num_first` items (callers list items oldest first) are placed before the
+// others, in index order, so the oldest waiting sequence always lands in bin 0 — the bin emitted
+// next — however large the items that arrived after it. The rest follow by decreasing span.
 #pragma once
 
 #include <cstddef>
@@ -21,8 +25,9 @@ class FfdPacker {
 public:
     FfdPacker(int64_t token_budget, int64_t max_seqs_per_bin);
 
-    // Packs items 0..n-1 with the given spans (each 1..token_budget). Replaces the previous result.
-    void pack(const int64_t* spans, size_t n);
+    // Packs items 0..n-1 with the given spans (each 1..token_budget); items 0..num_first-1 are
+    // placed first, in index order. Replaces the previous result.
+    void pack(const int64_t* spans, size_t n, size_t num_first = 0);
 
     size_t num_bins() const { return bin_used_.size(); }
     // Items of bin b in placement order: bin_items() + bin_begin(b) .. bin_items() + bin_end(b).

@@ -68,7 +68,14 @@ void Dispatcher::pack_round_unlocked(PackAction action, int free_slots) {
     if (n == 0) return;
     spans_.resize(n);
     for (size_t i = 0; i < n; ++i) spans_[i] = align_up(carried_[i].len, config_.alignment);
-    packer_.pack(spans_.data(), n);
+    // Fairness: carried_ is in arrival order, so the sequences past the latency cap are a prefix;
+    // they (and at least the oldest) are placed first, in arrival order, and so make the bins
+    // emitted now. Plain FFD would put a long record's pieces ahead of them round after round
+    // (measured in worker/benchmarks/window_sim.py: short p99 from seconds to ~4x the cap).
+    const double overdue_before = now_s() - config_.latency_cap_s;
+    size_t num_first = 1;
+    while (num_first < n && carried_[num_first].arrival_s <= overdue_before) ++num_first;
+    packer_.pack(spans_.data(), n, num_first);
     const size_t num_bins = packer_.num_bins();
 
     size_t emit = num_bins;

@@ -1,13 +1,80 @@
 #include "py_dispatcher.h"
 
+#include <chrono>
 #include <cstring>
+#include <exception>
+#include <optional>
 #include <string>
+#include <thread>
+#include <type_traits>
 
 namespace py = pybind11;
 
 namespace telesum {
 
 namespace {
+
+bool interpreter_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing() != 0;
+#else
+    return _Py_IsFinalizing() != 0;
+#endif
+}
+
+// Releases the GIL around a call into the dispatcher. A daemon thread still inside such a call
+// when the interpreter finalizes (e.g. the GPU loop in next_bin at exit) must not die in a
+// noexcept frame: CPython before 3.14 ends a thread that takes the GIL back during finalization
+// with pthread_exit, whose forced unwind through a noexcept destructor (pybind11's
+// gil_scoped_release) aborts the process with "terminate called without an active exception".
+// So this destructor may unwind (noexcept(false)), and a thread that returns once finalization
+// has begun parks instead of taking the GIL, as CPython 3.14 does itself; the process exit ends
+// it. Only `without_gil` uses it, so no C++ exception is in flight while it is destroyed.
+class GilRelease {
+public:
+    GilRelease() : state_(PyEval_SaveThread()) {}
+    ~GilRelease() noexcept(false) {
+        if (interpreter_finalizing()) {
+            for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+        }
+        PyEval_RestoreThread(state_);
+    }
+    GilRelease(const GilRelease&) = delete;
+    GilRelease& operator=(const GilRelease&) = delete;
+
+private:
+    PyThreadState* state_;
+};
+
+// Runs f() with the GIL released; an exception from f is rethrown once the GIL is held again.
+template <typename F>
+auto without_gil(F&& f) -> decltype(f()) {
+    using R = decltype(f());
+    std::exception_ptr error;
+    if constexpr (std::is_void_v<R>) {
+        {
+            GilRelease nogil;
+            try {
+                f();
+            } catch (...) {
+                error = std::current_exception();
+            }
+        }
+        if (error) std::rethrow_exception(error);
+    } else {
+        std::optional<R> out;
+        {
+            GilRelease nogil;
+            try {
+                out.emplace(f());
+            } catch (...) {
+                error = std::current_exception();
+            }
+        }
+        if (error) std::rethrow_exception(error);
+        return std::move(*out);
+    }
+}
 
 // Releases a Py_buffer on scope exit; must be destroyed with the GIL held.
 struct BufferGuard {
@@ -109,8 +176,7 @@ void PyDispatcher::submit(int64_t seq_id, py::handle tokens, int64_t max_new_tok
     const int32_t* data = borrow_tokens(tokens, g.view, gathered);
     g.held = true;
     const int64_t len = g.view.shape[0];
-    py::gil_scoped_release nogil;
-    dispatcher_->submit(seq_id, data, len, max_new_tokens);
+    without_gil([&] { dispatcher_->submit(seq_id, data, len, max_new_tokens); });
 }
 
 size_t PyDispatcher::submit_many(py::sequence seq_ids, py::sequence tokens, int64_t max_new_tokens) {
@@ -126,41 +192,29 @@ size_t PyDispatcher::submit_many(py::sequence seq_ids, py::sequence tokens, int6
         items[i].seq_id = seq_ids[i].cast<int64_t>();
         items[i].max_new_tokens = max_new_tokens;
     }
-    py::gil_scoped_release nogil;
-    return dispatcher_->submit_many(items.data(), n);
+    return without_gil([&] { return dispatcher_->submit_many(items.data(), n); });
 }
 
 bool PyDispatcher::wait_for_room(int64_t tokens, std::optional<double> timeout_s) {
-    py::gil_scoped_release nogil;
-    return dispatcher_->wait_for_room(tokens, timeout_s);
+    return without_gil([&] { return dispatcher_->wait_for_room(tokens, timeout_s); });
 }
 
 py::object PyDispatcher::next_bin(std::optional<double> timeout_s) {
-    std::optional<BinInfo> info;
-    {
-        py::gil_scoped_release nogil;
-        info = dispatcher_->next_bin(timeout_s);
-    }
+    const std::optional<BinInfo> info = without_gil([&] { return dispatcher_->next_bin(timeout_s); });
     if (!info) return py::none();
     return py::make_tuple(info->slot, info->num_seqs, info->num_tokens, info->num_real_tokens);
 }
 
 void PyDispatcher::release(int slot) {
-    py::gil_scoped_release nogil;
-    dispatcher_->release(slot);
+    without_gil([&] { dispatcher_->release(slot); });
 }
 
 void PyDispatcher::close() {
-    py::gil_scoped_release nogil;
-    dispatcher_->close();
+    without_gil([&] { dispatcher_->close(); });
 }
 
 py::dict PyDispatcher::stats() const {
-    DispatcherStats s;
-    {
-        py::gil_scoped_release nogil;
-        s = dispatcher_->stats();
-    }
+    const DispatcherStats s = without_gil([&] { return dispatcher_->stats(); });
     py::dict d;
     d["sequences_submitted"] = s.sequences_submitted;
     d["sequences_packed"] = s.sequences_packed;
@@ -181,9 +235,10 @@ py::dict PyDispatcher::stats() const {
 }
 
 std::vector<std::vector<int32_t>> ffd_pack(const std::vector<int64_t>& spans, int64_t token_budget,
-                                           int64_t max_seqs_per_bin) {
+                                           int64_t max_seqs_per_bin, int64_t num_first) {
+    if (num_first < 0) throw py::value_error("num_first must be >= 0");
     FfdPacker packer(token_budget, max_seqs_per_bin);
-    packer.pack(spans.data(), spans.size());
+    packer.pack(spans.data(), spans.size(), static_cast<size_t>(num_first));
     std::vector<std::vector<int32_t>> bins(packer.num_bins());
     for (size_t b = 0; b < bins.size(); ++b) {
         bins[b].assign(packer.bin_items() + packer.bin_begin(b), packer.bin_items() + packer.bin_end(b));

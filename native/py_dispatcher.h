@@ -46,8 +46,9 @@ private:
     std::vector<pybind11::object> slot_refs_;  // keeps slot memory alive
 };
 
-// Packs `spans` first-fit-decreasing; returns the item indices of each bin in placement order.
+// Packs `spans` first-fit-decreasing (items 0..num_first-1 first, in order); returns the item
+// indices of each bin in placement order.
 std::vector<std::vector<int32_t>> ffd_pack(const std::vector<int64_t>& spans, int64_t token_budget,
-                                           int64_t max_seqs_per_bin);
+                                           int64_t max_seqs_per_bin, int64_t num_first);
 
 }  // namespace telesum

@@ -12,16 +12,37 @@ from worker.benchmarks.e2e_stages import StageTimer
 from worker.cli import main
 
 
+class _Clock:
+    """A perf_counter the test advances itself: durations without sleeping."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+_clock = _Clock()
+
+
 class _Thing:
     def outer(self, timer_inner) -> None:
-        time.sleep(0.02)
+        _clock.now += 0.02
         timer_inner()
 
     def inner(self) -> None:
-        time.sleep(0.03)
+        _clock.now += 0.03
 
 
-def test_stage_timer_nested_calls_counted_exclusively() -> None:
+@pytest.fixture
+def fake_clock(monkeypatch):
+    import worker.benchmarks.e2e_stages as stages
+
+    monkeypatch.setattr(stages.time, "perf_counter", _clock)
+    monkeypatch.setattr(time, "perf_counter", _clock)
+
+
+def test_stage_timer_nested_calls_counted_exclusively(fake_clock) -> None:
     timer = StageTimer()
     thing = _Thing()
     timer.patch(thing, "inner", "inner")
@@ -29,12 +50,12 @@ def test_stage_timer_nested_calls_counted_exclusively() -> None:
     timer.open_window(time.perf_counter())
     thing.outer(thing.inner)
     assert timer.calls == {"worker:outer": 1, "worker:inner": 1}
-    assert timer.seconds["worker:inner"] >= 0.03
-    # outer's own time excludes inner's: about 0.02 s, not 0.05 s
-    assert timer.seconds["worker:outer"] < timer.seconds["worker:inner"]
+    # outer's own time excludes inner's: 0.02 s, not 0.05 s
+    assert timer.seconds["worker:inner"] == pytest.approx(0.03)
+    assert timer.seconds["worker:outer"] == pytest.approx(0.02)
 
 
-def test_stage_timer_calls_outside_window_not_counted() -> None:
+def test_stage_timer_calls_outside_window_not_counted(fake_clock) -> None:
     timer = StageTimer()
     thing = _Thing()
     timer.patch(thing, "inner", "inner")
@@ -45,7 +66,7 @@ def test_stage_timer_calls_outside_window_not_counted() -> None:
     assert dict(timer.seconds) == {} and dict(timer.calls) == {}
 
 
-def test_stage_timer_restore_undoes_patches() -> None:
+def test_stage_timer_restore_undoes_patches(fake_clock) -> None:
     timer = StageTimer()
     thing = _Thing()
     timer.patch(thing, "inner", "inner")
@@ -57,10 +78,10 @@ def test_stage_timer_restore_undoes_patches() -> None:
     assert _Thing.outer.__name__ == "outer" and not hasattr(_Thing.outer, "__wrapped__")
 
 
-def test_stage_timer_engine_thread_named_engine() -> None:
+def test_stage_timer_engine_thread_named_engine(fake_clock) -> None:
     timer = StageTimer()
     timer.open_window(time.perf_counter())
-    work = timer.wrap("step", lambda: time.sleep(0.01))
+    work = timer.wrap("step", lambda: setattr(_clock, "now", _clock.now + 0.01))
     thread = threading.Thread(target=work, name="telesum-gpu-loop")
     thread.start()
     thread.join()

@@ -25,6 +25,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "pack": ("worker.benchmarks.pack", "native dispatcher vs a pure-Python FFD"),
     "quality": ("worker.benchmarks.quality", "summary fact recall and echo rate"),
     "e2e": ("worker.benchmarks.e2e", "end-to-end records/s through a real broker and where the time goes"),
+    "faults": ("worker.benchmarks.faults", "every input answered, duplicates and latency through SIGKILLs, "
+                                           "a rebalance and a broker restart"),
 }
 
 

@@ -11,6 +11,20 @@ from typing import Any, Literal
 import msgspec
 
 Kind = Literal["ves", "syslog", "pm", "trace", "text"]
+# Why a record got a dead letter (or an offline reject) instead of a summary: one vocabulary for
+# `decode_record`, the Summarizer's failures, the publish path and `telesum summarize`.
+ReasonCode = Literal[
+    "empty_record",      # a message with no bytes
+    "invalid_json",      # not JSON
+    "invalid_msgpack",   # content-type says MessagePack, but it is not
+    "invalid_utf8",      # not UTF-8 text
+    "invalid_field",     # decodes, but a field is missing, empty or of the wrong type
+    "empty_body",        # a record with nothing to summarise
+    "too_long",          # over the model's limits, or over the per-record work cap (policy dead_letter)
+    "summarize_failed",  # the engine failed on this record
+    "out_of_memory",     # the GPU ran out of memory for this record even prefilled alone in the smallest chunks
+    "output_too_large",  # the answer could not be published (over the producer's size limit)
+]
 
 
 class TelemetryRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
@@ -94,12 +108,13 @@ class Summary(msgspec.Struct, frozen=True):
     facts: Facts = Facts()
     timings: Timings = Timings()
     narrative: NarrativeCheck | None = None
+    selection: str | None = None  # set when over the work cap: what of the record was summarised
 
 
 class DeadLetter(msgspec.Struct, frozen=True):
     """A record that could not be summarised, with why. `original` holds the raw bytes."""
 
-    reason: str  # machine-readable code, e.g. "invalid_json"
+    reason: ReasonCode  # machine-readable code
     message: str  # for a human
     original: bytes
     topic: str | None = None
@@ -111,7 +126,7 @@ class DeadLetter(msgspec.Struct, frozen=True):
 class InvalidRecord(ValueError):
     """Raised by `decode_record`; `reason` is a stable code for the dead letter."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: ReasonCode, message: str) -> None:
         super().__init__(f"{reason}: {message}")
         self.reason = reason
         self.message = message
@@ -145,6 +160,16 @@ def decode_record(raw: bytes, content_type: str | None = None) -> TelemetryRecor
     if not record.body_text().strip() or record.body in ({},):
         raise InvalidRecord("empty_body", f"record {record.id!r} has an empty body")
     return record
+
+
+def failure_reason(error: BaseException) -> tuple[ReasonCode, str]:
+    """(reason code, message) for an exception raised while decoding or summarising one record."""
+    if isinstance(error, InvalidRecord):
+        return error.reason, error.message
+    names = {"SequenceTooLong": "too_long", "ContextTooLong": "too_long", "RecordTooLong": "too_long",
+             "OutOfMemory": "out_of_memory"}
+    code = names.get(type(error).__name__, "summarize_failed")
+    return code, f"{type(error).__name__}: {error}"  # type: ignore[return-value]
 
 
 def encode_json(obj: msgspec.Struct) -> bytes:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import msgspec
 
-from worker.messages import InvalidRecord, TelemetryRecord, decode_record
+from worker.messages import InvalidRecord, ReasonCode, TelemetryRecord, decode_record, failure_reason
 from worker.settings.fields import SettingsError
 from worker.settings.load import add_arguments as add_setting_arguments
 from worker.settings.load import load_settings
@@ -32,7 +32,7 @@ class Reject(msgspec.Struct, frozen=True):
     """One input line that produced no summary, and why (the offline form of a dead letter)."""
 
     line: int
-    reason: str                 # machine-readable: invalid_json, invalid_field, empty_body, summarize_failed, ...
+    reason: ReasonCode          # the dead letters' codes
     message: str
     original: str               # the line as read (invalid UTF-8 replaced)
     id: str | None = None
@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
             for record, result in summarizer.results_in_order(records()):
                 n = line_numbers.popleft()  # results come back in input order
                 if isinstance(result, Exception):
-                    reject(Reject(n, "summarize_failed", f"{type(result).__name__}: {result}",
+                    reject(Reject(n, *failure_reason(result),
                                   msgspec.json.encode(record).decode(), id=record.id, stage="summarize"))
                     continue
                 out.write(msgspec.json.encode(result) + b"\n")

@@ -2,8 +2,10 @@
 
 The caller's thread renders the prompt and tokenises it; the GPU loop (an `Engine`) prefills and
 decodes; `poll` turns finished sequences into `Summary`s (or the exception that stopped them).
-A record whose prompt exceeds the model's context is summarised hierarchically: its pieces
-first, then one merge of their summaries.
+A record whose prompt exceeds the model's context is summarised hierarchically (`long_inputs`):
+its pieces first, a few at a time so other records' sequences interleave with them, then a tree of
+merges of their summaries. A record over the per-record work cap is summarised from a stated
+selection, or refused with RecordTooLong, as the operator chose.
 """
 
 from __future__ import annotations
@@ -24,17 +26,27 @@ from worker.engine.errors import ContextTooLong, EngineClosed
 from worker.engine.kv_arena import KVArena
 from worker.engine.prefix_reuse import BLOCK_SIZE as PREFIX_BLOCK_SIZE
 from worker.engine.prefix_reuse import PrefixReuse
-from worker.engine.long_inputs import merge_prompt, plan_chunk_prompts
 from worker.engine.runner import ModelRunner
 from worker.engine.sequence import SamplingParams, Sequence, SequenceStatus
 from worker.engine.stops import first_stop
+from worker.facts import extract_facts
 from worker.facts.agreement import check_narrative
+from worker.long_inputs import (RecordTooLong, body_for_pieces, plan_chunk_prompts, plan_merge,
+                                select_within_cap)
 from worker.messages import Facts, Summary, TelemetryRecord, Timings
 from worker.preprocess import Prepared, Preprocessor, default_workers, tokenize_messages
+from worker.prompts import approx_tokens
 from worker.sampling_defaults import REPETITION_PENALTY, STOP_STRINGS
 
 # A closed summarizer's thread finishes its step; joining longer than this means it is stuck.
 _JOIN_POLL_S = 0.05
+# A body longer than this many contexts (estimated, 4 characters a token) is planned on a thread
+# of its own instead of the caller's.
+_PLAN_APART_CONTEXTS = 2
+# Pieces of one long record in the engine at once: enough to keep a bin busy beside other work,
+# few enough that a long record never fills the dispatcher's queue ahead of newer records.
+MAX_PIECES_IN_FLIGHT = 2
+OVER_CAP_POLICIES = ("select", "dead_letter")
 
 
 def default_sampling(max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0) -> SamplingParams:
@@ -63,9 +75,13 @@ def default_kv_rows(cfg, dtype: torch.dtype, device: torch.device, *, token_budg
 
 
 def prefix_region_rows(kv_rows: int) -> int:
-    """Rows of the KV arena kept for the prefix cache: a sixteenth, in whole blocks, from 4 blocks up to
-    65,536 rows (the heads of telesum's prompts are ~350-900 tokens per record kind)."""
-    rows = min(kv_rows // 16, 65536) // PREFIX_BLOCK_SIZE * PREFIX_BLOCK_SIZE
+    """Rows of the KV arena kept for the prefix cache: a sixteenth, up to 65,536 rows (the heads of
+    telesum's prompts are ~350-900 tokens per record kind), in whole blocks; 0 below 4 blocks."""
+    return _whole_blocks(min(kv_rows // 16, 65536))
+
+
+def _whole_blocks(rows: int) -> int:
+    rows = rows // PREFIX_BLOCK_SIZE * PREFIX_BLOCK_SIZE
     return rows if rows >= 4 * PREFIX_BLOCK_SIZE else 0
 
 
@@ -76,7 +92,10 @@ class _Request:
     facts: Facts | None  # set once the record is prepared
     submitted_at: float
     hierarchical: bool = False
-    pieces: list[str | None] = field(default_factory=list)   # piece summaries, in order
+    pieces: list[str | None] = field(default_factory=list)   # this level's summaries, in order
+    todo: collections.deque[tuple[list[int], int]] = field(default_factory=collections.deque)  # (prompt, piece)
+    in_flight: int = 0                                        # pieces in the engine now
+    selection: str | None = None                              # set when over the work cap
     prompt_tokens: int = 0
     output_tokens: int = 0
     prefill_s: float = 0.0
@@ -92,12 +111,15 @@ class Summarizer:
     def __init__(self, loaded, *, token_budget: int, max_new_tokens: int,
                  kv_capacity_rows: int | None = None, max_seqs_per_bin: int = 64,
                  sampling: SamplingParams | None = None, seed: int = 0, dispatcher=None,
-                 max_context: int | None = None, preprocess_workers: int | None = None,
+                 max_context: int | None = None, max_record_tokens: int | None = None,
+                 over_cap: str = "select", preprocess_workers: int | None = None,
                  max_pending_records: int = 4096, prefix_cache: bool = True) -> None:
-        """preprocess_workers: processes preparing records (facts, prompt, tokens); None = a default for
-        the device (see worker.preprocess). max_pending_records: records accepted but not yet handed to
-        the engine, beyond which `submit` raises Backpressure. prefix_cache: keep the KV of prompt
-        heads in a region at the end of the arena (`prefix_region_rows`) and reuse it."""
+        """max_record_tokens / over_cap: the per-record work cap and what happens beyond it ('select'
+        a stated part, or 'dead_letter' as RecordTooLong). preprocess_workers: processes preparing
+        records (facts, prompt, tokens); None = a default for the device (see worker.preprocess).
+        max_pending_records: records accepted but not yet handed to the engine, beyond which `submit`
+        raises Backpressure. prefix_cache: keep the KV of prompt heads in a region at the end of the
+        arena (`prefix_region_rows`) and reuse it."""
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer
         # The prompts ask for one paragraph; the stop string ends the model's habit of adding another,
@@ -107,14 +129,25 @@ class Summarizer:
             self.params = dataclasses.replace(self.params, max_new_tokens=max_new_tokens)
         cfg = loaded.config
         self.max_context = max_context or cfg.max_position_embeddings
+        if over_cap not in OVER_CAP_POLICIES:
+            raise ValueError(f"over_cap must be one of {', '.join(OVER_CAP_POLICIES)}; got {over_cap!r}")
+        if max_record_tokens is not None and max_record_tokens < self.max_context:
+            raise ValueError(f"max_record_tokens {max_record_tokens} is below the context of {self.max_context}")
+        self.max_record_tokens, self.over_cap = max_record_tokens, over_cap
         if self.max_context <= max_new_tokens:
             raise ValueError(f"max_new_tokens {max_new_tokens} leaves no room in a {self.max_context}-token context")
         param = next(loaded.model.parameters())
         self.device = param.device
-        if kv_capacity_rows is None:
+        sized_here = kv_capacity_rows is None
+        if sized_here:
             kv_capacity_rows = default_kv_rows(cfg, param.dtype, self.device, token_budget=token_budget,
                                                max_seqs_per_bin=max_seqs_per_bin, max_new_tokens=max_new_tokens,
                                                max_context=self.max_context)
+        region = prefix_region_rows(kv_capacity_rows) if prefix_cache else 0
+        if sized_here:
+            kv_capacity_rows += region  # the prefix region comes on top of the slabs' rows
+        else:  # a given arena keeps at least one full context for slabs
+            region = _whole_blocks(min(region, kv_capacity_rows - self.max_context))
         if dispatcher is None:
             from worker.dispatch import BinDispatcher
 
@@ -122,7 +155,6 @@ class Summarizer:
                                        pad_id=self.tokenizer.pad_token_id or 0)
         self.dispatcher = dispatcher
         self.max_seqs_per_bin = max_seqs_per_bin
-        region = prefix_region_rows(kv_capacity_rows) if prefix_cache else 0
         self.arena = KVArena(cfg, kv_capacity_rows, dtype=param.dtype, device=self.device, reserved_tail_rows=region)
         self.prefix = (PrefixReuse(self.arena.cache, first_row=kv_capacity_rows - region,
                                    num_blocks=region // PREFIX_BLOCK_SIZE) if region else None)
@@ -137,11 +169,13 @@ class Summarizer:
         self._num_pending = 0  # submitted records not yet handed to the engine (or failed)
         self._feeder: threading.Thread | None = None
         self._abandon = False  # set by close(): queued records fail instead of reaching the engine
-        self._lock = threading.Lock()  # protects _owners, _deferred, _results, _closing, _num_pending
+        self._lock = threading.Lock()  # protects _owners, _deferred, _planning, _results, _closing, _num_pending
         self._owners: dict[int, tuple[_Request, int]] = {}  # seq_id -> (request, piece index or -1)
-        self._deferred: collections.deque[tuple[_Request, list[int], int]] = collections.deque()
+        self._deferred: collections.deque[_Request] = collections.deque()  # long records with todo pieces
+        self._planning: set[_Request] = set()  # long records whose pieces are being planned apart
         self._results: collections.deque[tuple[Hashable, Summary | Exception]] = collections.deque()
         self._closing = False
+        self._retry_lock = threading.RLock()  # one thread at a time submits deferred pieces
         self._thread: threading.Thread | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -175,8 +209,9 @@ class Summarizer:
                 self._thread.join(_JOIN_POLL_S)
         self._pump(0.0)
         with self._lock:  # hierarchical pieces or merges that never reached the engine
-            stranded = {id(r): r for r, _, _ in self._deferred if not r.failed}
+            stranded = {id(r): r for r in [*self._deferred, *self._planning] if not r.failed}
             self._deferred.clear()
+            self._planning.clear()
         for req in stranded.values():
             req.failed = True
             self._push(req.request_id, EngineClosed("the summarizer closed before this record finished"))
@@ -196,6 +231,16 @@ class Summarizer:
         with self._lock:
             if self._closing:
                 raise RuntimeError("the summarizer is closed")
+        if approx_tokens(record.body_text()) > _PLAN_APART_CONTEXTS * self.max_context:
+            # Surely beyond one context: plan its pieces on a thread of their own, so the caller (the
+            # Kafka poll loop) and the preprocessing pool are not held for the tens of seconds a
+            # multi-megabyte body takes to tokenise (measured: 39 s for 5 MB on 2 busy cores).
+            req = _Request(request_id, record, Facts(), time.perf_counter(), hierarchical=True)
+            with self._lock:
+                self._planning.add(req)
+            threading.Thread(target=self._plan_apart, args=(req,), name="telesum-long-plan", daemon=True).start()
+            return
+        with self._lock:
             if self._num_pending >= self.max_pending_records:
                 raise Backpressure(f"{self._num_pending} records are waiting to be prepared or queued")
             self._num_pending += 1
@@ -237,20 +282,59 @@ class Summarizer:
         """Hand one prepared record to the engine (its pieces, when longer than the context)."""
         req.facts = prepared.facts
         prompt = prepared.prompt
-        record = req.record
-        limit = self.max_context - self.params.max_new_tokens
-        if len(prompt) <= limit:
+        if len(prompt) <= self.max_context - self.params.max_new_tokens:
             self._add_waiting(req, prompt, -1)
             return
-        pieces = plan_chunk_prompts(record, tokenize=self.tokenize, count_tokens=self._count_tokens,
-                                    max_prompt_tokens=limit)
+        self._plan_pieces(req)
+        prompt, piece = req.todo.popleft()
+        self._add_waiting(req, prompt, piece)
+        self._defer(req)
+
+    def _plan_pieces(self, req: _Request) -> None:
+        """The record's chunk prompts into req.todo (from a stated selection when over the work cap).
+        Raises RecordTooLong (over the cap, policy dead_letter) or ContextTooLong."""
+        record, limit = req.record, self.max_context - self.params.max_new_tokens
+        body = body_for_pieces(record)
+        lines = body.splitlines()  # one batch call counts every line: per-line calls cost ~100x more
+        counts = dict(zip(lines, map(len, self.tokenizer(lines, add_special_tokens=False)["input_ids"]))) \
+            if lines else {}
+
+        def count_tokens(text: str) -> int:
+            n = counts.get(text)
+            return n if n is not None else self._count_tokens(text)
+
+        if self.max_record_tokens is not None and sum(counts.values()) + len(lines) > self.max_record_tokens:
+            if self.over_cap == "dead_letter":
+                raise RecordTooLong(f"record {record.id!r}: its body is over the work cap of "
+                                    f"{self.max_record_tokens} tokens")
+            selected = select_within_cap(body, self.max_record_tokens, count_tokens)
+            body, req.selection = selected.text, selected.description
+        pieces = plan_chunk_prompts(record, tokenize=self.tokenize, count_tokens=count_tokens,
+                                    max_prompt_tokens=limit, body=body)
         req.hierarchical = True
         req.num_chunks = len(pieces)
         req.pieces = [None] * len(pieces)
-        self._add_waiting(req, pieces[0], 0)
+        req.todo.extend((p, i) for i, p in enumerate(pieces))
+
+    def _plan_apart(self, req: _Request) -> None:
+        """The planning thread of one long record: facts, pieces, then its pieces join the engine."""
+        try:
+            req.facts = extract_facts(req.record)
+            self._plan_pieces(req)
+        except Exception as exc:  # noqa: BLE001 - this record's problem: it comes back as its result
+            req.failed = True
+            self._push(req.request_id, exc)
+        finally:
+            with self._lock:
+                self._planning.discard(req)
+        if not req.failed:
+            self._defer(req)
+
+    def threads_alive(self) -> bool:
+        """True while the GPU loop or a long record's planning thread still runs. Thread-safe."""
         with self._lock:
-            self._deferred.extend((req, p, i) for i, p in enumerate(pieces[1:], start=1))
-        self._retry_deferred()
+            planning = bool(self._planning)
+        return planning or (self._thread is not None and self._thread.is_alive())
 
     def _add_waiting(self, req: _Request, prompt, piece: int) -> None:
         """`_add`, waiting for dispatcher room while it is full (the feeder thread's backpressure)."""
@@ -267,31 +351,42 @@ class Summarizer:
         with self._lock:  # held across add so the sequence is owned before it can finish
             seq = self.engine.add(prompt, self.params)
             self._owners[seq.seq_id] = (req, piece)
+            req.in_flight += 1
         req.prompt_tokens += len(prompt)
 
+    def _defer(self, req: _Request) -> None:
+        with self._lock:
+            if req not in self._deferred:
+                self._deferred.append(req)
+        self._retry_deferred()
+
     def _retry_deferred(self) -> None:
-        """Hand deferred pieces and merges to the engine until it pushes back. Any thread: an item
-        is taken off the queue under the lock, so two threads never add the same one."""
-        while True:
-            with self._lock:
-                if not self._deferred:
+        """Submit long records' next pieces, round-robin, at most MAX_PIECES_IN_FLIGHT per record."""
+        with self._retry_lock:
+            self._retry_deferred_locked()
+
+    def _retry_deferred_locked(self) -> None:
+        with self._lock:
+            waiting = list(self._deferred)
+        for req in waiting:
+            while req.todo and not req.failed and req.in_flight < MAX_PIECES_IN_FLIGHT:
+                prompt, piece = req.todo[0]
+                try:
+                    self._add(req, prompt, piece)
+                except Backpressure:
                     return
-                req, prompt, piece = self._deferred.popleft()
-            if req.failed:
-                continue
-            try:
-                self._add(req, prompt, piece)
-            except Backpressure:
+                except Exception as exc:  # closed, or a prompt the engine refuses: the record fails
+                    req.failed = True
+                    self._push(req.request_id, exc)
+                    break
+                req.todo.popleft()
+            if req.failed or not req.todo:
                 with self._lock:
-                    self._deferred.appendleft((req, prompt, piece))
-                return
-            except Exception as exc:  # closed, or a prompt the engine refuses: the record fails
-                req.failed = True
-                self._push(req.request_id, exc)
+                    self._deferred.remove(req)
 
     def _has_unsubmitted_work(self) -> bool:
         with self._lock:
-            return bool(self._deferred) or self._num_pending > 0 or any(
+            return bool(self._deferred or self._planning) or self._num_pending > 0 or any(
                 r.hierarchical and not r.failed and None in r.pieces for r, _ in self._owners.values())
 
     # -- offline helpers --------------------------------------------------------------------
@@ -368,6 +463,7 @@ class Summarizer:
     def _on_finished(self, seq: Sequence) -> None:
         with self._lock:
             req, piece = self._owners.pop(seq.seq_id)
+            req.in_flight -= 1
         if req.failed:
             return
         if seq.status is SequenceStatus.FAILED:
@@ -390,20 +486,28 @@ class Summarizer:
         req.pieces[piece] = text.strip()
         if None in req.pieces:
             return
-        try:
-            prompt = merge_prompt(req.record, req.facts, list(req.pieces), tokenize=self.tokenize,
-                                  max_prompt_tokens=self.max_context - self.params.max_new_tokens)
-            req.pieces = []  # merged next: the final sequence has piece -1
-            with self._lock:
-                self._deferred.append((req, prompt, -1))
+        try:  # one merge when it fits; else the next level of the tree: merges of groups
+            prompts = plan_merge(req.record, req.facts, list(req.pieces), tokenize=self.tokenize,
+                                 max_prompt_tokens=self.max_context - self.params.max_new_tokens)
         except ContextTooLong as exc:
             req.failed = True
             self._push(req.request_id, exc)
+            return
+        if len(prompts) == 1:  # the final sequence has piece -1
+            req.pieces = []
+            req.todo.append((prompts[0], -1))
+        else:
+            req.pieces = [None] * len(prompts)
+            req.todo.extend((p, i) for i, p in enumerate(prompts))
+        with self._lock:
+            if req not in self._deferred:
+                self._deferred.append(req)
 
     def _summary(self, req: _Request, text: str) -> Summary:
         return Summary(
             id=req.record.id, summary=text, model=self.loaded.name, prompt_tokens=req.prompt_tokens,
             output_tokens=req.output_tokens, hierarchical=req.hierarchical, chunks=req.num_chunks,
+            selection=req.selection,
             facts=req.facts, timings=Timings(queued_s=req.queued_s or 0.0, prefill_s=req.prefill_s,
                                              decode_s=req.decode_s,
                                              total_s=time.perf_counter() - req.submitted_at),

@@ -1,6 +1,8 @@
 """`telesum tail`: print summaries and dead letters from the output topics as they arrive.
 
-Reads without joining a consumer group (nothing is committed), from the beginning of the topics.
+Reads without joining a consumer group (nothing is committed), from the beginning of the topics,
+with isolation level read_committed: an exactly-once worker's aborted transactions (answers whose
+offsets were not committed, re-answered after a restart) are never shown.
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
     if args.count < 0 or args.timeout < 0:
         raise SystemExit("--count and --timeout must be >= 0")
     consumer = KafkaConsumer(args.topic, args.dlq_topic, bootstrap_servers=args.bootstrap_servers,
-                             group_id=None, auto_offset_reset="earliest", enable_auto_commit=False)
+                             group_id=None, auto_offset_reset="earliest", enable_auto_commit=False,
+                             isolation_level="read_committed")
     deadline = time.monotonic() + args.timeout if args.timeout else None
     seen = 0
     try:

@@ -1,20 +1,21 @@
 """Summarizer on a tiny random model: order, token counts, long-input lane, hierarchical path, errors."""
 
 import random
+import threading
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from worker.engine.errors import ArenaTooSmall, EngineClosed
-from worker.engine.long_inputs import merge_prompt, plan_chunk_prompts
+from worker.engine.errors import ArenaTooSmall, ContextTooLong, EngineClosed
+from worker.long_inputs import RecordTooLong, merge_prompt, plan_chunk_prompts, plan_merge
 from worker.facts import extract_facts
 from worker.messages import Summary, TelemetryRecord
 from worker.model.attention import SdpaBackend
 from worker.model.config import ModelConfig
 from worker.model.llama import LlamaModel
 from worker.prompts import build_messages
-from worker.summarizer import Summarizer
+from worker.summarizer import MAX_PIECES_IN_FLIGHT, Summarizer
 
 from .conftest import FakeDispatcher
 from .helpers import generate
@@ -216,3 +217,113 @@ def test_head_tokenizer_concatenation_equals_tokenising_the_whole_prompt(loaded)
         messages = build_messages(record, extract_facts(record))
         assert heads(messages) == tokenize_messages(loaded.tokenizer, messages), record.id
     assert len(kinds) >= 4 and all(v is not None for v in heads._heads.values())  # every kind split, none fell back
+
+
+def _long_body(lines: int, seed: int = 0) -> str:
+    words = ["link", "down", "fan", "power", "sync", "lost", "radio", "fault", "cleared", "major", "minor"]
+    rng = random.Random(seed)  # distinct lines: repeats would be collapsed before splitting
+    return "\n".join(" ".join(rng.choice(words) for _ in range(8)) for _ in range(lines))
+
+
+def test_plan_merge_groups_fit_and_shrink_the_level(loaded):
+    s = _summarizer(loaded, kv_capacity_rows=1, max_context=1024)  # only its tokenizer
+    s.close()
+    record, limit = _record(5, body="x"), 1024 - MAX_NEW
+    summaries = [f"cell{i} reported link down and recovered at 10:{i % 60:02d}" for i in range(60)]
+    facts = extract_facts(record)
+    with pytest.raises(ContextTooLong):
+        merge_prompt(record, facts, summaries, tokenize=s.tokenize, max_prompt_tokens=limit)
+    level = plan_merge(record, facts, summaries, tokenize=s.tokenize, max_prompt_tokens=limit)
+    assert 1 < len(level) < len(summaries) and all(len(p) <= limit for p in level)
+    # Every summary is in exactly one group, in order.
+    text = "".join(loaded.tokenizer.decode(p) for p in level)
+    assert [text.find(x) for x in summaries] == sorted(text.find(x) for x in summaries)
+    assert all(text.count(x + "\n") + text.count(x + "<") == 1 for x in summaries)
+
+
+def test_summarizer_piece_summaries_over_one_context_merge_in_a_tree(loaded):
+    # So many pieces that their summaries do not fit one merge prompt: a tree of merges still ends
+    # in one summary (one merge over all of them raised ContextTooLong before).
+    record = _record(6, body=_long_body(700))
+    s = _summarizer(loaded, token_budget=512, max_context=1024)
+    try:
+        limit = 1024 - MAX_NEW
+        chunk_prompts = plan_chunk_prompts(record, tokenize=s.tokenize, count_tokens=s._count_tokens,
+                                           max_prompt_tokens=limit)
+        placeholder = ["x" * MAX_NEW] * len(chunk_prompts)
+        with pytest.raises(ContextTooLong):
+            merge_prompt(record, extract_facts(record), placeholder, tokenize=s.tokenize, max_prompt_tokens=limit)
+        (summary,) = list(s.summarize_all([record]))
+    finally:
+        s.close()
+    assert summary.hierarchical and summary.chunks == len(chunk_prompts)
+    assert summary.prompt_tokens > sum(map(len, chunk_prompts)) + limit  # more than one merge ran
+
+
+def test_summarizer_long_record_pieces_interleave_with_later_records(loaded):
+    # A long record submitted first keeps only a few pieces in the engine at a time, so a short
+    # record submitted after it is answered while most of the long one's pieces still wait.
+    long_record, short = _record(7, body=_long_body(300)), _record(8)
+    s = _summarizer(loaded, token_budget=512, max_context=1024)
+    try:
+        s.submit("long", long_record)
+        s.submit("short", short)
+        order: list = []
+        while "short" not in order:
+            order += [rid for rid, _ in s.poll(1.0)]
+        (long_req,) = s._deferred
+        waiting = len(long_req.todo)
+        while len(order) < 2:
+            order += [rid for rid, _ in s.poll(1.0)]
+    finally:
+        s.close()
+    assert order == ["short", "long"]
+    assert waiting >= long_req.num_chunks - 2 * MAX_PIECES_IN_FLIGHT
+
+
+def test_summarizer_over_work_cap_summarises_stated_selection(loaded):
+    record = _record(9, body=_long_body(2000))
+    s = _summarizer(loaded, token_budget=512, max_context=1024, max_record_tokens=3000)
+    try:
+        (summary,) = list(s.summarize_all([record]))
+    finally:
+        s.close()
+    assert summary.hierarchical and summary.selection is not None
+    assert "work cap of 3000 tokens" in summary.selection and "of 2000 lines" in summary.selection
+    uncapped = plan_chunk_prompts(record, tokenize=s.tokenize, count_tokens=s._count_tokens,
+                                  max_prompt_tokens=1024 - MAX_NEW)
+    assert summary.chunks < len(uncapped) / 5
+
+
+def test_summarizer_over_work_cap_dead_letter_policy_refuses(loaded):
+    s = _summarizer(loaded, token_budget=512, max_context=1024, max_record_tokens=3000, over_cap="dead_letter")
+    try:
+        s.submit("big", _record(10, body=_long_body(2000)))  # planned apart: refused as its result
+        s.submit("small", _record(11))
+        results: dict = {}
+        while len(results) < 2:
+            results.update(s.poll(1.0))
+    finally:
+        s.close()
+    assert isinstance(results["big"], RecordTooLong) and "work cap of 3000" in str(results["big"])
+    assert isinstance(results["small"], Summary) and results["small"].selection is None
+    with pytest.raises(ValueError, match="over_cap"):
+        Summarizer(loaded, token_budget=512, max_new_tokens=MAX_NEW, over_cap="drop")
+
+
+def test_summarizer_far_beyond_context_plans_off_the_callers_thread(loaded):
+    # The Kafka poll loop calls submit: a multi-context record must not be tokenised on its thread.
+    s = _summarizer(loaded, token_budget=1024)  # the model's 4,096-token context: "fits" fits
+    planned_on: list[str] = []
+    plan = s._plan_pieces
+    s._plan_pieces = lambda req: (planned_on.append(threading.current_thread().name), plan(req))[1]
+    try:
+        s.submit("long", _record(12, body=_long_body(1000)))
+        s.submit("fits", _record(13))
+        results: dict = {}
+        while len(results) < 2:
+            results.update(s.poll(1.0))
+    finally:
+        s.close()
+    assert planned_on == ["telesum-long-plan"]
+    assert results["long"].hierarchical and isinstance(results["fits"], Summary)

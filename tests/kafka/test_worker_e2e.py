@@ -14,7 +14,7 @@ import pytest
 
 from helpers import WorkerProcess, answer_ids, consume, produce, produce_records
 from worker.kafka.local_broker import kafka_sh
-from worker.messages import TelemetryRecord
+from worker.messages import DeadLetter, TelemetryRecord
 
 pytestmark = pytest.mark.kafka
 
@@ -110,6 +110,23 @@ def test_worker_sigterm_drains_and_restart_reanswers_nothing(kafka_bootstrap, to
     assert counts == collections.Counter(ids), "some id was answered twice or never"
 
 
+def test_worker_sigterm_drain_deadline_exits_3_without_abort_and_loses_nothing(kafka_bootstrap, topics,
+                                                                                 start_worker):
+    inp, out, dlq = topics(1)
+    ids = produce_records(kafka_bootstrap, inp, range(150))
+    group = f"g-{uuid.uuid4().hex}"
+    # A zero drain deadline with records in flight: the documented exit code, no native abort.
+    first = start_worker(inp, out, dlq, group, **{"drain-timeout-s": "0", "max-new-tokens": "64"})
+    consume(kafka_bootstrap, [out], lambda g: len(g) >= 1)
+    first.signal(signal.SIGTERM)
+    assert first.wait() == 3, first.log()[-3000:]
+    assert "drained (deadline hit)" in first.log() and "terminate called" not in first.log()
+    second = start_worker(inp, out, dlq, group)
+    got = consume(kafka_bootstrap, [out, dlq], lambda g: set(_ids(g, out)) >= set(ids))
+    assert second.stop() == 0
+    assert set(_ids(got, out)) == set(ids)  # what the first left uncommitted, the second answered
+
+
 def test_worker_bad_inputs_dead_letters_and_keeps_running(kafka_bootstrap, topics, start_worker):
     inp, out, dlq = topics(1)
     good = msgspec.json.encode(TelemetryRecord(id="good-1", kind="text", body="link down on port 3"))
@@ -127,11 +144,13 @@ def test_worker_bad_inputs_dead_letters_and_keeps_running(kafka_bootstrap, topic
     assert worker.stop() == 0
     reasons = {int(dict(r.headers)["telesum-source-offset"]): dict(r.headers)["telesum-reason"].decode()
                for r in got if r.topic == dlq}
+    # The 5 MB record's dead letter is too large to publish whole: a compact one keeps its own reason.
     assert reasons == {0: "invalid_json", 1: "invalid_field", 2: "empty_body", 3: "invalid_utf8",
-                       4: "output_too_large", 5: "empty_record"}
-    letters = {int(dict(r.headers)["telesum-source-offset"]): msgspec.json.decode(r.value)
+                       4: "invalid_field", 5: "empty_record"}
+    letters = {int(dict(r.headers)["telesum-source-offset"]): msgspec.json.decode(r.value, type=DeadLetter)
                for r in got if r.topic == dlq}
-    assert letters[3]["original"] and letters[0]["offset"] == 0 and letters[0]["topic"] == inp
+    assert letters[4].original == huge[:1024] and "could not be published" in letters[4].message
+    assert letters[3].original and letters[0].offset == 0 and letters[0].topic == inp
     assert sorted(msgspec.json.decode(r.value)["id"] for r in got if r.topic == out) == ["good-1", "good-mp"]
 
 

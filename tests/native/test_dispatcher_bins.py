@@ -45,16 +45,18 @@ def test_dispatcher_random_sequences_each_lands_once_intact(make_dispatcher, len
 
 def test_dispatcher_one_round_equals_reference_ffd(make_dispatcher) -> None:
     # Less than one budget of tokens and a long latency cap: nothing is packed until close(), so
-    # the whole set goes through one FFD round; the sequence cap makes it span several bins.
+    # the whole set goes through one FFD round; the sequence cap makes it span several bins, and
+    # there are slots for all of them (a later round would place its own oldest first).
     budget, alignment, cap = 4096, 16, 5
-    d = make_dispatcher(budget, alignment=alignment, max_seqs_per_bin=cap, num_slots=2, latency_cap_s=60.0)
+    d = make_dispatcher(budget, alignment=alignment, max_seqs_per_bin=cap, num_slots=8, latency_cap_s=60.0)
     rng = np.random.default_rng(7)
     lens = rng.integers(1, 150, 40)
     seqs = {i: rng.integers(0, 1000, n, dtype=np.int32) for i, n in enumerate(lens)}
     for sid, toks in seqs.items():
         d.submit(sid, toks, 16)
     bins = drain(d)
-    expected = reference_ffd([align_up(n, alignment) for n in lens], budget, cap)
+    # The oldest sequence is placed first (it always makes the next bin), then FFD over the rest.
+    expected = reference_ffd([align_up(n, alignment) for n in lens], budget, cap, num_first=1)
     assert [b["seq_ids"].tolist() for b in bins] == expected
 
 
@@ -113,3 +115,19 @@ def test_dispatcher_submit_many_queues_prefix_that_fits(make_dispatcher) -> None
     assert sorted(s for b in bins for s in b["seq_ids"].tolist()) == [0, 1]
     for b in bins:
         check_bin(b, seqs, {i: 5 for i in seqs}, token_budget=256, alignment=16)
+
+
+def test_dispatcher_oldest_short_sequence_makes_next_bin_while_long_ones_keep_coming(make_dispatcher) -> None:
+    # A long record's near-budget pieces keep arriving after one short sequence: the short one
+    # must be in the first bin, not carried behind every piece (first-fit-decreasing alone would).
+    budget = 1024
+    d = make_dispatcher(budget, alignment=16, num_slots=2, latency_cap_s=60.0)
+    d.submit(0, np.arange(100, dtype=np.int32), 1)
+    for i in range(1, 9):
+        d.submit(i, np.arange(960, dtype=np.int32), 1)
+    first = d.next_bin(WAIT_S)
+    assert isinstance(first, PackedBin) and 0 in first.seq_ids.tolist()
+    d.release(first.slot)
+    d.close()
+    rest = drain(d)
+    assert sorted(s for b in rest for s in b["seq_ids"].tolist()) == list(range(1, 9))

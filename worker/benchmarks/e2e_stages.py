@@ -108,13 +108,14 @@ class TimedTokenizer:
 def instrument(timer: StageTimer, summarizer, worker) -> None:
     """Time the stages of one in-process worker and its summarizer (call before `worker.run`)."""
     import worker.kafka.loop as loop_mod
+    import worker.kafka.publish as publish_mod
     import worker.summarizer as summarizer_mod
     from worker.engine.sampling import SamplingBatch
 
     # Kafka loop thread: names the loop module imported, so patch them there.
     timer.patch(loop_mod, "decode_message", "decode + validate")
-    timer.patch(loop_mod, "summary_output", "output encode")
-    timer.patch(loop_mod, "dead_letter_output", "output encode")
+    timer.patch(publish_mod, "summary_output", "output encode")
+    timer.patch(publish_mod, "dead_letter_output", "output encode")
     timer.patch(worker.consumer, "poll", "consumer poll (incl. wait)")
     timer.patch(worker.consumer, "commit", "commit")
     _time_publish(timer, worker.producer)

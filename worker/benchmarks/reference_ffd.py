@@ -15,10 +15,13 @@ def align_up(n: int, alignment: int) -> int:
     return (n + alignment - 1) // alignment * alignment
 
 
-def reference_ffd(spans: Sequence[int], token_budget: int, max_seqs_per_bin: int) -> list[list[int]]:
-    """Item indices per bin: by decreasing span (ties: lower index first), each into the first bin
-    with room for its tokens and under the sequence cap."""
-    order = sorted(range(len(spans)), key=lambda i: (-spans[i], i))
+def reference_ffd(spans: Sequence[int], token_budget: int, max_seqs_per_bin: int,
+                  num_first: int = 0) -> list[list[int]]:
+    """Item indices per bin: items 0..num_first-1 first, in order, then the rest by decreasing span
+    (ties: lower index first), each into the first bin with room for its tokens and under the
+    sequence cap."""
+    order = list(range(min(num_first, len(spans)))) + sorted(range(num_first, len(spans)),
+                                                             key=lambda i: (-spans[i], i))
     used: list[int] = []
     bins: list[list[int]] = []
     for i in order:

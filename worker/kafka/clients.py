@@ -50,6 +50,8 @@ class Consumer:
             auto_offset_reset=s.auto_offset_reset, session_timeout_ms=s.session_timeout_ms,
             heartbeat_interval_ms=s.heartbeat_interval_ms, max_poll_interval_ms=s.max_poll_interval_ms,
             max_poll_records=s.max_poll_records,
+            # Exactly-once reads only committed input too (an upstream transactional producer's aborts stay unread).
+            isolation_level="read_committed" if s.exactly_once else "read_uncommitted",
             # A single record may be larger than the default 1 MB partition fetch.
             max_partition_fetch_bytes=max(s.max_request_size, 1024 * 1024))
         self._client.subscribe([s.input_topic], listener=_Listener(on_revoked, on_assigned))
@@ -64,6 +66,11 @@ class Consumer:
         """Records from all unpaused partitions, in offset order per partition. Blocks up to timeout_ms."""
         batches = self.client.poll(timeout_ms=timeout_ms)
         return [record for records in batches.values() for record in records]
+
+    def group_metadata(self):
+        """The member's group metadata (id, generation, member id): what a transaction's offsets
+        carry so the broker fences a stale member (KIP-447). Non-blocking."""
+        return self.client.group_metadata()
 
     def is_stable(self) -> bool:
         """True when the member has joined the group and holds a settled assignment. Non-blocking."""
@@ -97,18 +104,40 @@ class Consumer:
 
 
 class Producer:
-    """Idempotent producer with acks=all. Thread-safe."""
+    """Idempotent producer with acks=all; transactional (settings.transactional_id) when the
+    processing guarantee is exactly-once. Thread-safe, but transactions only from one thread."""
 
     def __init__(self, settings: WorkerSettings) -> None:
         self.settings = settings
         self._client: KafkaProducer | None = None
 
     def open(self) -> None:
+        """Connect; with exactly-once, also fence this id's previous life (init_transactions)."""
         s = self.settings
+        extra = {"transactional_id": s.transactional_id, "transaction_timeout_ms": s.transaction_timeout_ms} \
+            if s.exactly_once else {}
         self._client = KafkaProducer(
             **s.security_config, acks="all", enable_idempotence=True,
             max_request_size=s.max_request_size, delivery_timeout_ms=s.delivery_timeout_ms,
-            linger_ms=5)  # a few ms of batching; summaries come out in bursts
+            linger_ms=5, **extra)  # a few ms of batching; summaries come out in bursts
+        if s.exactly_once:
+            self._client.init_transactions()
+
+    # -- transactions (exactly-once only; blocking) --
+    def begin_transaction(self) -> None:
+        self.client.begin_transaction()
+
+    def send_offsets(self, offsets: dict[TopicPartition, int], group_metadata) -> None:
+        """Add the consumer's next offsets to the open transaction. Blocks."""
+        self.client.send_offsets_to_transaction(
+            {tp: OffsetAndMetadata(off, "", -1) for tp, off in offsets.items()}, group_metadata)
+
+    def commit_transaction(self) -> None:
+        """Flush the transaction's sends and commit it. Blocks; raises on any failed send."""
+        self.client.commit_transaction()
+
+    def abort_transaction(self) -> None:
+        self.client.abort_transaction()
 
     @property
     def client(self) -> KafkaProducer:

@@ -1,13 +1,19 @@
-"""The worker's poll loop: consume, decode, summarise, publish, commit — all from one thread.
+"""The worker's poll loop: consume, decode, summarise, answer, commit — all from one thread.
 
-Threads: the loop thread owns the consumer and the offset tracker; the producer's I/O thread only
-puts acknowledgements on `_acks`; the summarizer's own thread is reached through submit/poll.
+Threads: the loop thread owns the consumer, the offset tracker and the publisher (`publish.py`);
+the producer's I/O thread only queues acknowledgements there; the summarizer's own thread is
+reached through submit/poll.
+
+At-least-once: an answer is published at once; its offset is done when the broker acknowledged it;
+done prefixes are committed every commit_interval_s. Exactly-once: an answer is done when it is
+ready; a batch (closed after transaction_max_records answers or commit_interval_s) publishes the
+answers of the done prefixes and commits those offsets in one transaction, so a read-committed
+consumer sees each answer once however often the worker dies.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections import deque
@@ -15,24 +21,21 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import msgspec
-
 from kafka import TopicPartition
-from kafka.errors import KafkaError, MessageSizeTooLargeError
+from kafka.errors import KafkaError
 
 from worker.dispatch import Backpressure
 from worker.kafka.clients import Consumer, Producer
 from worker.kafka.offsets import OffsetTracker
-from worker.kafka.records import (Output, Source, dead_letter_output, decode_message, failure_reason,
-                                  summary_output)
+from worker.kafka.publish import (AckPublisher, Answers, Request, RequestId, TransactionalPublisher,
+                                  ProducerFenced)
+from worker.kafka.records import Output, Source, decode_message
 from worker.kafka.settings import WorkerSettings
-from worker.messages import DeadLetter, InvalidRecord, Summary, TelemetryRecord
+from worker.messages import InvalidRecord, ReasonCode, Summary, TelemetryRecord, failure_reason
+
+__all__ = ["KafkaWorker", "ProducerFenced", "RequestId", "WorkerStats"]
 
 log = logging.getLogger(__name__)
-
-# After a publish fails with a retriable error (the producer already retried for
-# delivery_timeout_ms), wait this long before sending it again.
-_REPUBLISH_BACKOFF_S = 1.0
 # While the summarizer holds work, the consumer poll is short so results are published promptly.
 _BUSY_POLL_MS = 5
 # While the member (re)joins its group, polls are long: kafka-python 3.0 can abandon a leader's
@@ -45,15 +48,6 @@ class SummarizerLike(Protocol):
     def poll(self, timeout: float) -> list[tuple[Hashable, Summary | Exception]]: ...
 
 
-@dataclass(frozen=True)
-class RequestId:
-    """Names one polled record within one assignment epoch of its partition."""
-
-    tp: TopicPartition
-    offset: int
-    epoch: int
-
-
 @dataclass
 class WorkerStats:
     consumed: int = 0
@@ -63,6 +57,8 @@ class WorkerStats:
     republished: int = 0
     commits: int = 0
     backpressure_pauses: int = 0
+    transactions: int = 0      # exactly-once: committed transactions
+    aborts: int = 0            # exactly-once: aborted (and retried) transactions
     drained_cleanly: bool = False
     reasons: dict[str, int] = field(default_factory=dict)
 
@@ -73,6 +69,9 @@ class _Pending:
     source: Source
     raw: bytes
     record: TelemetryRecord
+
+    def request(self, kind, reason: ReasonCode | None = None) -> Request:
+        return Request(self.rid, self.source, self.raw, self.record.id, kind, reason)
 
 
 class KafkaWorker:
@@ -92,11 +91,11 @@ class KafkaWorker:
         self.producer = producer or Producer(settings)
         self.tracker = OffsetTracker()
         self.stats = WorkerStats()
+        self.answers = Answers(settings.output_topic, settings.dlq_topic, model_name, settings.max_request_size)
+        self.publisher = AckPublisher(self.producer, self.answers)
+        self.transactions = TransactionalPublisher(self.producer, self.answers) if settings.exactly_once else None
         self._backlog: deque[_Pending] = deque()        # decoded, waiting for summarizer room
         self._in_summarizer: dict[RequestId, _Pending] = {}
-        self._acks: queue.SimpleQueue = queue.SimpleQueue()  # (rid, output, error | None, compact)
-        self._unacked = 0                                # sends whose callback has not been handled
-        self._republish: list[tuple[float, RequestId, Output, bool]] = []
         self._paused_by_us = False
         self._revoking: set[TopicPartition] = set()
         self._last_commit = 0.0
@@ -121,6 +120,8 @@ class KafkaWorker:
             return
         dropped = sum(self.tracker.revoke(tp) for tp in gone)
         self._backlog = deque(p for p in self._backlog if p.rid.tp not in gone)
+        if self.transactions is not None:
+            self.transactions.drop(gone)
         log.info("revoked %s; dropped %d unfinished records (the new owner replays them)",
                  sorted(map(tuple, gone)), dropped)
 
@@ -141,7 +142,7 @@ class KafkaWorker:
         return self.stats
 
     def _step(self, fetch: bool) -> None:
-        busy = bool(self._in_summarizer or self._unacked)
+        busy = bool(self._in_summarizer or self.publisher.busy)
         if not self.consumer.is_stable():
             timeout_ms = _REJOIN_POLL_MS
         else:
@@ -166,9 +167,10 @@ class KafkaWorker:
 
     @property
     def pending(self) -> tuple[int, int, int]:
-        """(records waiting for summarizer room, records in the summarizer, unacknowledged sends).
-        Only from the loop thread."""
-        return len(self._backlog), len(self._in_summarizer), self._unacked
+        """(records waiting for summarizer room, records in the summarizer, answers not yet
+        acknowledged or, exactly-once, not yet committed). Only from the loop thread."""
+        staged = self.transactions.staged if self.transactions is not None else 0
+        return len(self._backlog), len(self._in_summarizer), self.publisher.unacked + staged
 
     def _drain(self) -> None:
         """Stop fetching; finish and publish what the summarizer holds; commit the done prefix."""
@@ -176,12 +178,17 @@ class KafkaWorker:
         self._paused_by_us = True
         self._backlog.clear()  # not started: left uncommitted, replayed by whoever reads next
         deadline = time.monotonic() + self.settings.drain_timeout_s
-        while (self._in_summarizer or self._unacked or self._republish) and time.monotonic() < deadline:
+        while (self._in_summarizer or self.publisher.busy) and time.monotonic() < deadline:
             self._step(fetch=False)
-        self.producer.flush(max(0.0, deadline - time.monotonic()))
+        if self.transactions is None:
+            self.producer.flush(max(0.0, deadline - time.monotonic()))
         self._handle_acks()
-        self.stats.drained_cleanly = not (self._in_summarizer or self._unacked or self._republish)
         self._maybe_commit(force=True)
+        while self.transactions is not None and self.transactions.staged and time.monotonic() < deadline:
+            time.sleep(0.1)  # an aborted last transaction: try again while the deadline allows
+            self._maybe_commit(force=True)
+        staged = self.transactions.staged if self.transactions is not None else 0
+        self.stats.drained_cleanly = not (self._in_summarizer or self.publisher.busy or staged)
         log.info("drained (%s): %s", "clean" if self.stats.drained_cleanly else "deadline hit", self.stats)
 
     def _accept(self, msg) -> None:
@@ -193,6 +200,8 @@ class KafkaWorker:
             self.tracker.revoke(tp)
             self.tracker.assign(tp)
             self._backlog = deque(p for p in self._backlog if p.rid.tp != tp)
+            if self.transactions is not None:
+                self.transactions.drop({tp})
         epoch = self.tracker.track(tp, msg.offset)
         self.stats.consumed += 1
         rid = RequestId(tp, msg.offset, epoch)
@@ -201,7 +210,8 @@ class KafkaWorker:
         try:
             record = decode_message(msg.value, msg.headers)
         except InvalidRecord as exc:
-            self._publish_dead_letter(rid, source, raw, exc.reason, exc.message)
+            self._answer(*self.answers.dead_letter(Request(rid, source, raw, None, "dead_letter", exc.reason),
+                                                   exc.message))
             return
         self._backlog.append(_Pending(rid, source, raw, record))
 
@@ -215,7 +225,7 @@ class KafkaWorker:
             except Exception as exc:  # noqa: BLE001 - e.g. SequenceTooLong: this record's problem only
                 self._backlog.popleft()
                 reason, message = failure_reason(exc)
-                self._publish_dead_letter(pending.rid, pending.source, pending.raw, reason, message)
+                self._answer(*self.answers.dead_letter(pending.request("dead_letter", reason), message))
                 continue
             self._backlog.popleft()
             self._in_summarizer[pending.rid] = pending
@@ -239,73 +249,59 @@ class KafkaWorker:
             return
         if isinstance(result, Exception):
             reason, message = failure_reason(result)
-            self._publish_dead_letter(rid, pending.source, pending.raw, reason, message)
+            self._answer(*self.answers.dead_letter(pending.request("dead_letter", reason), message))
         else:
-            self._publish(rid, summary_output(self.settings.output_topic, pending.source, result), False)
+            self._answer(*self.answers.summary(pending.request("summary"), result))
 
-    # ---- publishing and acknowledgements ----
-    def _publish_dead_letter(self, rid: RequestId, source: Source, raw: bytes, reason: str, message: str,
-                             compact: bool = False) -> None:
-        log.warning("dead letter %s/%d@%d: %s: %s", source.topic, source.partition, source.offset, reason,
-                    message[:200])
-        self._publish(rid, dead_letter_output(self.settings.dlq_topic, source, raw, reason, message,
-                                              self.model_name, compact=compact), compact)
+    # ---- answers, acknowledgements and commits ----
+    def _answer(self, request: Request, output: Output) -> None:
+        """At-least-once: publish now (done once acknowledged). Exactly-once: done now, published
+        with its offset by the next transaction."""
+        if self.transactions is None:
+            self.publisher.send(request, output)
+            return
+        if self.tracker.mark_done(request.rid.tp, request.rid.offset, request.rid.epoch):
+            self.transactions.stage(request, output)
+        else:
+            self.stats.stale_dropped += 1
 
-    def _publish(self, rid: RequestId, output: Output, compact: bool) -> None:
-        self._unacked += 1
-        self.producer.send(output.topic, output.key, output.value, output.headers,
-                           lambda error: self._acks.put((rid, output, error, compact)))
+    def _is_current(self, rid: RequestId) -> bool:
+        return self.tracker.is_current(rid.tp, rid.epoch)
 
     def _handle_acks(self) -> None:
-        now = time.monotonic()
-        due = [item for item in self._republish if item[0] <= now]
-        self._republish = [item for item in self._republish if item[0] > now]
-        for _, rid, output, compact in due:
-            if self.tracker.is_current(rid.tp, rid.epoch):
-                self.stats.republished += 1
-                self._publish(rid, output, compact)
-        while True:
-            try:
-                rid, output, error, compact = self._acks.get_nowait()
-            except queue.Empty:
-                return
-            self._unacked -= 1
-            if error is None:
-                self._on_acked(rid, output)
-            elif not self.tracker.is_current(rid.tp, rid.epoch):
-                self.stats.stale_dropped += 1
-            elif _too_large(error) and not compact:
-                self._publish_too_large(rid, output, error)
+        for request, output in self.publisher.poll(self._is_current):
+            if self.tracker.mark_done(request.rid.tp, request.rid.offset, request.rid.epoch):
+                self._count(request)
             else:
-                log.warning("publish of %s failed (%s); retrying in %.0fs", rid, error, _REPUBLISH_BACKOFF_S)
-                self._republish.append((time.monotonic() + _REPUBLISH_BACKOFF_S, rid, output, compact))
+                self.stats.stale_dropped += 1
+        self.stats.republished = self.publisher.republished
+        self.stats.stale_dropped += self.publisher.stale_dropped
+        self.publisher.stale_dropped = 0
 
-    def _publish_too_large(self, rid: RequestId, output: Output, error: BaseException) -> None:
-        # The original bytes live in the dead letter (or the pending record): rebuild a small one.
-        source = Source(rid.tp.topic, rid.tp.partition, rid.offset, output.key)
-        letter = _original_of(output)
-        self._publish_dead_letter(rid, source, letter, "output_too_large",
-                                  f"the output for this record ({len(output.value)} bytes) could not be "
-                                  f"published: {type(error).__name__}: {error}", compact=True)
-
-    def _on_acked(self, rid: RequestId, output: Output) -> None:
-        if not self.tracker.mark_done(rid.tp, rid.offset, rid.epoch):
-            self.stats.stale_dropped += 1
-            return
-        if output.topic == self.settings.dlq_topic:
+    def _count(self, request: Request) -> None:
+        if request.kind == "dead_letter":
             self.stats.dead_letters += 1
-            reason = next((v.decode() for k, v in output.headers if k == "telesum-reason"), "unknown")
+            reason = request.reason or "summarize_failed"
             self.stats.reasons[reason] = self.stats.reasons.get(reason, 0) + 1
         else:
             self.stats.summaries += 1
 
     def _maybe_commit(self, force: bool) -> None:
         now = time.monotonic()
-        if not force and now - self._last_commit < self.settings.commit_interval_s:
+        due = now - self._last_commit >= self.settings.commit_interval_s
+        if self.transactions is not None:
+            due = due or self.transactions.staged >= self.settings.transaction_max_records
+        if not force and not due:
             return
         self._last_commit = now
-        offsets = self.tracker.committable()
+        # Never for partitions being revoked: once this member rejoined, its generation is current
+        # and the broker would take the commit, while the new owner may already have read the old
+        # offset and replays (in exactly-once, duplicates a read-committed consumer sees).
+        offsets = {tp: o for tp, o in self.tracker.committable().items() if tp not in self._revoking}
         if not offsets:
+            return
+        if self.transactions is not None:
+            self._commit_transaction(offsets)
             return
         try:
             self.consumer.commit(offsets)
@@ -315,15 +311,13 @@ class KafkaWorker:
         self.tracker.committed(offsets)
         self.stats.commits += 1
 
-
-def _too_large(error: BaseException) -> bool:
-    return isinstance(error, MessageSizeTooLargeError) or "too large" in str(error).lower() \
-        or "RecordTooLarge" in type(error).__name__
-
-
-def _original_of(output: Output) -> bytes:
-    """The original input bytes carried by a dead-letter output (or the output itself for a summary)."""
-    try:
-        return msgspec.json.decode(output.value, type=DeadLetter).original
-    except msgspec.DecodeError:
-        return output.value
+    def _commit_transaction(self, offsets: dict[TopicPartition, int]) -> None:
+        assert self.transactions is not None
+        published = self.transactions.commit(offsets, self.consumer.group_metadata())
+        self.stats.transactions, self.stats.aborts = self.transactions.transactions, self.transactions.aborts
+        if published is None:  # aborted: the same answers go into the next transaction
+            return
+        self.tracker.committed(offsets)
+        self.stats.commits += 1
+        for request, _ in published:
+            self._count(request)

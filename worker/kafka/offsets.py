@@ -27,6 +27,10 @@ class OffsetTracker:
       4. `committable()` gives, per partition, the offset after the contiguous done prefix
          (the last done offset + 1), only where it moved since the last commit.
       5. commit those offsets with the consumer, then `committed(offsets)`.
+    Exactly-once changes steps 2-3 and 5: `mark_done` as soon as the answer is ready; one transaction
+    publishes the answers of the offsets below `committable()` and commits those offsets
+    (`send_offsets_to_transaction`); `committed(offsets)` once it committed (an aborted one is
+    simply retried: the offsets stay committable and the answers stay staged).
     A partition's `epoch` changes when it is revoked or assigned: acknowledgements and results
     that belong to an older epoch are ignored (the partition's new owner replays that work).
     Only from the poll-loop thread.

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from worker.messages import DeadLetter, InvalidRecord, Summary, TelemetryRecord, decode_record
+from worker.messages import DeadLetter, Summary, TelemetryRecord, decode_record, failure_reason  # noqa: F401
 
 CONTENT_TYPE = "content-type"
 H_TOPIC, H_PARTITION, H_OFFSET = "telesum-source-topic", "telesum-source-partition", "telesum-source-offset"
@@ -78,12 +78,3 @@ def dead_letter_output(topic: str, source: Source, original: bytes | None, reaso
                         partition=source.partition, offset=source.offset, key=source.key_text)
     return Output(topic, source.key, msgspec.json.encode(letter),
                   [(CONTENT_TYPE, JSON), (H_REASON, reason.encode()), *_provenance(source, model)])
-
-
-def failure_reason(error: BaseException) -> tuple[str, str]:
-    """(reason code, message) for an exception raised while summarising one record."""
-    if isinstance(error, InvalidRecord):
-        return error.reason, error.message
-    names = {"SequenceTooLong": "too_long", "ContextTooLong": "too_long", "OutOfMemory": "out_of_memory"}
-    code = names.get(type(error).__name__, "summarize_failed")
-    return code, f"{type(error).__name__}: {error}"

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
+import sys
 import threading
 
 from worker.kafka import supervisor
@@ -21,6 +23,12 @@ from worker.settings.load import LoadedSettings, load_settings
 from worker.settings.load import add_arguments as add_setting_arguments
 
 log = logging.getLogger(__name__)
+
+# Exit codes of `telesum worker` (also in the README).
+EXIT_DRAINED = 0          # every in-flight record answered and committed
+EXIT_SETTINGS = 2         # a setting is invalid
+EXIT_DEADLINE = 3         # the drain deadline hit with work in flight: its new owner replays it
+EXIT_FENCED = 4           # exactly-once: another worker with this transactional id took over
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -87,14 +95,14 @@ def _device_label(engine) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from worker.kafka.loop import KafkaWorker
+    from worker.kafka.loop import KafkaWorker, ProducerFenced
     from worker.runtime import banner, budgets_for, build_summarizer, load_model
 
     try:
         loaded_settings = load_settings(args)
     except SettingsError as exc:  # an operator's mistake: the message, not a traceback
         log.error("%s", exc)
-        return 2
+        return EXIT_SETTINGS
     settings = loaded_settings.settings
     configure_logging(settings.log, worker=settings.kafka.worker_name)
     try:
@@ -102,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
             return supervisor.run_supervised(settings, verbose=settings.log.level == "debug")
     except SettingsError as exc:
         log.error("%s", exc)
-        return 2
+        return EXIT_SETTINGS
     supervisor.follow_supervisor()
     stop = threading.Event()
     install_signal_handlers(stop)
@@ -112,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         loaded = load_model(settings.engine)
     except (FileNotFoundError, ValueError) as exc:  # a wrong --model: say so, no traceback
         log.error("engine.model (--model, TELESUM_MODEL) %r: %s", settings.engine.model, exc)
-        return 2
+        return EXIT_SETTINGS
     budgets = budgets_for(loaded_settings, loaded)
     summarizer = build_summarizer(settings.engine, budgets, loaded)
     summarizer.start()
@@ -130,9 +138,23 @@ def run(args: argparse.Namespace) -> int:
                          observer=ops.observe_loop)
     try:
         stats = worker.run(stop)
+        code = EXIT_DRAINED if stats.drained_cleanly else EXIT_DEADLINE
+        log.info("worker stopped: %s", stats)
+    except ProducerFenced as exc:
+        log.error("%s; stopping (the other worker owns this transactional id's work now)", exc)
+        code = EXIT_FENCED
     finally:
         summarizer.close(drain=False, timeout=5.0)
         if ops.server is not None:
             ops.server.close()
-    log.info("worker stopped: %s", stats)
-    return 0 if stats.drained_cleanly else 3
+    if summarizer.threads_alive():
+        # The GPU loop is still inside one model step, or a long record is still being planned
+        # (native code, GIL released): ending the interpreter now would kill that thread in a
+        # frame that cannot unwind and abort the process. Its records are uncommitted and replayed
+        # by their next owner; leave without finalizing.
+        log.warning("the GPU loop or a planning thread is still busy at exit; leaving it (exit code %d)", code)
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code

@@ -7,6 +7,7 @@ constraints below. A new setting is one annotated field here: `opt(env, help, co
 
 from __future__ import annotations
 
+import socket
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -67,6 +68,16 @@ class WorkerSettings(MaskedRepr, msgspec.Struct, frozen=True, kw_only=True, forb
                                             ge=0)] = 0.5
     drain_timeout_s: Annotated[float, opt("TELESUM_DRAIN_TIMEOUT_S", "on SIGTERM, finish in-flight work within this",
                                           ge=0)] = 30.0
+    # Delivery
+    processing_guarantee: Annotated[Literal["at-least-once", "exactly-once"], opt(
+        "TELESUM_PROCESSING_GUARANTEE", "'exactly-once': answers and offsets in one Kafka transaction per batch "
+                                        "(consumers must read with isolation.level=read_committed)")] = "at-least-once"
+    transaction_max_records: Annotated[int, opt("TELESUM_TRANSACTION_MAX_RECORDS",
+                                                "exactly-once: close a transaction after this many answers "
+                                                "(or after --commit-interval-s)", **Positive)] = 256
+    transaction_timeout_ms: Annotated[int, opt("TELESUM_TRANSACTION_TIMEOUT_MS",
+                                               "exactly-once: the broker aborts a transaction open longer than this",
+                                               **Positive)] = 60000
     # Scale-out
     gpus: Annotated[str | None, opt("TELESUM_GPUS",
                                     "one worker process per GPU under a supervisor: 'all', a count N, a list of "
@@ -99,6 +110,15 @@ class WorkerSettings(MaskedRepr, msgspec.Struct, frozen=True, kw_only=True, forb
         if self.security_protocol in ("SSL", "SASL_SSL"):
             cfg["ssl_check_hostname"] = self.ssl_check_hostname
         return cfg
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.processing_guarantee == "exactly-once"
+
+    @property
+    def transactional_id(self) -> str:
+        """Stable per worker across restarts, so a restarted worker fences its previous life."""
+        return f"telesum.{self.group_id}.{self.worker_id or socket.gethostname()}"
 
     @property
     def worker_name(self) -> str:

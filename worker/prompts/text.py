@@ -26,7 +26,7 @@ _MASKS = (
 COMPRESSED_KINDS = frozenset({"syslog", "trace", "text"})
 
 
-def _repeat_key(line: str) -> str:
+def repeat_key(line: str) -> str:
     for mask in _MASKS:
         line = mask.sub("#", line)
     return line.strip()
@@ -42,7 +42,7 @@ def compress_repeats(text: str) -> str:
     for line in text.splitlines():
         if not line.strip():
             continue
-        key = _repeat_key(line)
+        key = repeat_key(line)
         at = first.get(key)
         if at is None:
             first[key] = len(lines)

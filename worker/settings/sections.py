@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from worker.kafka.settings import WorkerSettings
-from worker.settings.fields import FieldSpec, MaskedRepr, opt, section_fields
+from worker.settings.fields import FieldSpec, MaskedRepr, SettingsError, opt, section_fields
 
 _Struct = dict(frozen=True, kw_only=True, forbid_unknown_fields=True)
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
@@ -44,6 +44,18 @@ class EngineSettings(MaskedRepr, msgspec.Struct, **_Struct):
     seed: Annotated[int, opt("TELESUM_SEED", "sampling seed", ge=0)] = 0
     prefix_cache: Annotated[bool, opt("TELESUM_PREFIX_CACHE", "reuse the KV of prompt heads shared with "
                                                               "recent prompts (prefill only the rest)")] = True
+    max_record_tokens: Annotated[int, opt("TELESUM_MAX_RECORD_TOKENS",
+                                          "per-record work cap in body tokens (0: none; else at least the "
+                                          "context); see --over-cap", ge=0)] = 131072
+    over_cap: Annotated[Literal["select", "dead_letter"], opt(
+        "TELESUM_OVER_CAP", "a record over the work cap: 'select' summarises its head, tail and line-template "
+                            "counts (stated in the Summary's `selection`), 'dead_letter' refuses it as too_long",
+    )] = "select"
+
+    def __post_init__(self) -> None:
+        if self.max_context and 0 < self.max_record_tokens < self.max_context:
+            raise SettingsError(f"engine.max_record_tokens (--max-record-tokens, TELESUM_MAX_RECORD_TOKENS) must be "
+                                f"0 (no cap) or at least the context of {self.max_context}; got {self.max_record_tokens}")
 
 
 class HttpSettings(MaskedRepr, msgspec.Struct, **_Struct):

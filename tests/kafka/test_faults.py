@@ -1,0 +1,28 @@
+"""The fault harness in its bounded CI form: real broker, tiny model, SIGKILLs and a rebalance."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from worker.benchmarks.faults import Plan, run_plan
+
+pytestmark = pytest.mark.kafka
+
+
+@pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
+def test_faults_sigkills_and_rebalance_every_input_answered(kafka_bootstrap, tokenizer_dir, tmp_path, guarantee):
+    # Inputs trickle in, so faults land while answers are still coming.
+    plan = Plan(records=40, huge_bytes=256 * 1024, kills=2, rebalance=True, guarantee=guarantee, seed=3,
+                produce_rate=3.0, timeout_s=400)
+    report = run_plan(plan, kafka_bootstrap, tokenizer_dir, tmp_path)
+    assert report["reader_error"] is None
+    assert report["missing"] == [], report
+    assert report["answered"] == report["inputs"] == 40 + 10 + 1
+    if guarantee == "exactly-once":  # a read-committed consumer never sees an input answered twice
+        assert report["duplicates"] == 0, report
+    assert len(report["faults"]) == 4 and report["native_aborts"] == 0
+    drained = [c for c in report["exit_codes"] if c != -signal.SIGKILL]
+    assert drained and all(c == 0 for c in drained), report["exit_codes"]
+    assert report["huge_latency_s"] is not None

@@ -1,0 +1,155 @@
+"""Records longer than the model's context: the record-level plan beside the Summarizer.
+
+(Inputs longer than one bin but within the context go through the engine's chunked-prefill lane;
+the engine only sees sequences.) Beyond the context, the record body is split at line boundaries
+into pieces whose chunk prompts fit, each piece is summarised, then the summaries are merged — in
+a tree when they outgrow one context: groups that fit are merged into the next level's summaries
+until one merge fits. Nothing is dropped: every line of the (repeat-collapsed) body lands in exactly
+one piece, unless the record is over the per-record work cap; then a bounded selection is
+summarised instead (head, tail and the counts of the line templates of the whole body) and said so.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from worker.engine.errors import ContextTooLong
+from worker.messages import Facts, TelemetryRecord
+from worker.prompts import (build_chunk_messages, build_merge_messages, compress_repeats, render_body,
+                            split_into_chunks)
+from worker.prompts.text import repeat_key  # a line's template: the masks that collapse repeats
+
+Tokenize = Callable[[list[dict[str, str]]], list[int]]   # chat messages -> prompt token ids
+CountTokens = Callable[[str], int]
+
+# Each retry shrinks the piece budget by this factor when a rendered chunk prompt still overflows
+# (the splitter's per-line counts are approximate; template tokens differ per piece).
+_SHRINK = 0.8
+_MAX_ATTEMPTS = 8
+# Shares of the work cap in a selection: head and tail lines keep the start and the latest state,
+# the template table says what the middle held and how often.
+_HEAD_SHARE, _TAIL_SHARE = 0.4, 0.4
+_MAX_TEMPLATES = 50
+
+
+class RecordTooLong(ValueError):
+    """A record's body is over the per-record work cap and the operator chose to dead-letter it."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What is summarised of a record over the work cap, and a sentence that states it."""
+
+    text: str
+    description: str
+
+
+def body_for_pieces(record: TelemetryRecord) -> str:
+    """The body as the pieces see it: rendered, repeats collapsed."""
+    return compress_repeats(render_body(record))
+
+
+def select_within_cap(body: str, cap_tokens: int, count_tokens: CountTokens) -> Selection:
+    """A bounded selection of `body` (about `cap_tokens` tokens): its head and tail lines, and the
+    most frequent line templates of the whole body with their counts."""
+    lines = body.splitlines()
+    head: list[str] = []
+    used = 0
+    for line in lines:
+        cost = count_tokens(line) + 1
+        if used + cost > cap_tokens * _HEAD_SHARE:
+            break
+        head.append(line)
+        used += cost
+    tail: list[str] = []
+    used = 0
+    for line in reversed(lines[len(head):]):
+        cost = count_tokens(line) + 1
+        if used + cost > cap_tokens * _TAIL_SHARE:
+            break
+        tail.append(line)
+        used += cost
+    tail.reverse()
+    middle = lines[len(head):len(lines) - len(tail)]
+    templates = collections.Counter(repeat_key(line) for line in lines)
+    table: list[str] = []
+    used = 0
+    budget = cap_tokens * (1.0 - _HEAD_SHARE - _TAIL_SHARE)
+    for template, n in templates.most_common(_MAX_TEMPLATES):
+        row = f"{n} x {template}"
+        cost = count_tokens(row) + 1
+        if used + cost > budget:
+            break
+        table.append(row)
+        used += cost
+    text = "\n".join([*head, f"[... {len(middle)} lines not shown; line templates of all {len(lines)} "
+                      f"lines, most frequent first:]", *table, "[... end of templates; the last lines:]",
+                      *tail])
+    description = (f"over the work cap of {cap_tokens} tokens: summarised the first {len(head)} and last "
+                   f"{len(tail)} of {len(lines)} lines and the counts of the {len(table)} most frequent "
+                   f"of {len(templates)} line templates")
+    return Selection(text, description)
+
+
+def plan_chunk_prompts(record: TelemetryRecord, *, tokenize: Tokenize, count_tokens: CountTokens,
+                       max_prompt_tokens: int, body: str | None = None) -> list[list[int]]:
+    """Token ids of one chunk prompt per piece of the body (or of `body`, e.g. a selection), each
+    at most `max_prompt_tokens` long.
+
+    Raises ContextTooLong when no split fits (the prompt template alone is too large)."""
+    body = body_for_pieces(record) if body is None else body
+    overhead = len(tokenize(build_chunk_messages(record, "", 1, 1)))
+    budget = max_prompt_tokens - overhead - 16  # room for the "Part i of N" digits
+    for _ in range(_MAX_ATTEMPTS):
+        if budget < 1:
+            break
+        pieces = split_into_chunks(body, budget, count_tokens)
+        prompts = [tokenize(build_chunk_messages(record, piece, i, len(pieces)))
+                   for i, piece in enumerate(pieces, start=1)]
+        if all(len(p) <= max_prompt_tokens for p in prompts):
+            return prompts
+        budget = int(budget * _SHRINK)
+    raise ContextTooLong(f"record {record.id!r}: cannot split its body into chunk prompts of at most "
+                         f"{max_prompt_tokens} tokens (template overhead {overhead} tokens)")
+
+
+def merge_prompt(record: TelemetryRecord, facts: Facts, chunk_summaries: list[str], *,
+                 tokenize: Tokenize, max_prompt_tokens: int) -> list[int]:
+    """Token ids of the prompt merging the piece summaries. Raises ContextTooLong when it does not fit."""
+    ids = tokenize(build_merge_messages(record, facts, chunk_summaries))
+    if len(ids) > max_prompt_tokens:
+        raise ContextTooLong(f"record {record.id!r}: the merge prompt over {len(chunk_summaries)} piece "
+                             f"summaries is {len(ids)} tokens, above the {max_prompt_tokens} that fit")
+    return ids
+
+
+def plan_merge(record: TelemetryRecord, facts: Facts, summaries: list[str], *, tokenize: Tokenize,
+               max_prompt_tokens: int) -> list[list[int]]:
+    """One merge prompt over `summaries` when it fits; else the merge prompts of consecutive groups
+    that each fit (the next level of the tree, fewer summaries than before).
+
+    Raises ContextTooLong when not even two summaries fit one merge prompt."""
+    try:
+        return [merge_prompt(record, facts, summaries, tokenize=tokenize, max_prompt_tokens=max_prompt_tokens)]
+    except ContextTooLong:
+        pass
+    groups: list[list[int]] = []
+    start = 0
+    while start < len(summaries):
+        # The longest run from `start` whose merge prompt fits; a bisection keeps tokenising cheap.
+        lo, hi, best = start + 1, len(summaries), None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            ids = tokenize(build_merge_messages(record, facts, summaries[start:mid]))
+            if len(ids) <= max_prompt_tokens:
+                lo, best = mid + 1, (mid, ids)
+            else:
+                hi = mid - 1
+        if best is None or best[0] - start < 2 and len(summaries) - start > 1:
+            raise ContextTooLong(f"record {record.id!r}: two piece summaries do not fit one merge prompt "
+                                 f"of {max_prompt_tokens} tokens")
+        start, ids = best
+        groups.append(ids)
+    return groups
