@@ -109,7 +109,7 @@ def instrument(timer: StageTimer, summarizer, worker) -> None:
     """Time the stages of one in-process worker and its summarizer (call before `worker.run`)."""
     import worker.kafka.loop as loop_mod
     import worker.kafka.publish as publish_mod
-    import worker.summarizer as summarizer_mod
+    import worker.preprocess as preprocess_mod
     from worker.engine.sampling import SamplingBatch
 
     # Kafka loop thread: names the loop module imported, so patch them there.
@@ -119,10 +119,11 @@ def instrument(timer: StageTimer, summarizer, worker) -> None:
     timer.patch(worker.consumer, "poll", "consumer poll (incl. wait)")
     timer.patch(worker.consumer, "commit", "commit")
     _time_publish(timer, worker.producer)
-    # Summarizer, called from the loop thread.
-    timer.patch(summarizer_mod, "extract_facts", "fact extraction")
-    timer.patch(summarizer_mod, "build_messages", "prompt render: messages")
+    # Record preparation: in the calling thread here (no pool), so every stage is seen.
+    timer.patch(preprocess_mod, "extract_facts", "fact extraction")
+    timer.patch(preprocess_mod, "build_messages", "prompt render: messages")
     summarizer.tokenizer = TimedTokenizer(summarizer.tokenizer, timer)
+    summarizer.preprocessor = preprocess_mod.Preprocessor(summarizer.tokenizer, workers=0)
     timer.patch(summarizer.engine, "add", "engine.add (dispatcher submit)")
     timer.patch(summarizer, "poll", "summarizer poll (incl. wait)")
     # GPU-loop thread.

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
+from kafka.errors import KafkaTimeoutError
 from kafka.structs import MemberState, OffsetAndMetadata
 
 from worker.kafka.settings import WorkerSettings
@@ -157,8 +158,14 @@ class Producer:
         future.add_callback(lambda _meta: on_done(None))
         future.add_errback(on_done)
 
-    def flush(self, timeout_s: float | None = None) -> None:
-        self.client.flush(timeout=timeout_s)
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait up to timeout_s for every queued send; False when some are still unacknowledged then
+        (kafka-python raises a timeout error; the caller decides what an unfinished drain means)."""
+        try:
+            self.client.flush(timeout=timeout_s)
+        except KafkaTimeoutError:
+            return False
+        return True
 
     def close(self, timeout_s: float = 10.0) -> None:
         if self._client is not None:
