@@ -1,11 +1,12 @@
 """Stop strings without re-decoding whole outputs every step.
 
 A stop string can only first appear in the text when a token that holds its last character is
-appended. Each token id's own text is decoded once and remembered, so a step looks at a set, and
+appended. Each token id's own text is decoded once and its flag kept in a table, so a step looks up an array, and
 only a sequence whose new token could complete a stop string is decoded (its whole output, once).
 A token whose text alone is an incomplete character (byte-level vocabularies split multi-byte
-characters over tokens) always counts as a trigger. Whatever the triggers, `final_text` cuts the
-finished output at the first stop string, so a missed trigger costs tokens, never a wrong text.
+characters over tokens) always counts as a trigger. Whatever the triggers, the reader of a finished
+sequence cuts its decoded output at the first stop string (`first_stop`, as the Summarizer does), so a
+missed trigger costs tokens, never a wrong text.
 """
 
 from __future__ import annotations
@@ -31,27 +32,20 @@ class StopChecker:
     def __init__(self, detokenize: Detokenize) -> None:
         self.detokenize = detokenize
         self._token_text: dict[int, str] = {}
-        self._triggers: dict[tuple[str, ...], dict[int, bool]] = {}
-        self._tables: dict[tuple[str, ...], np.ndarray] = {}  # the same flags as int8 arrays, -1 = unknown
+        self._tables: dict[tuple[str, ...], np.ndarray] = {}  # per stop tuple: int8 per token id, -1 = unknown
         self.num_decodes = 0  # whole-output decodes, for tests and profiles
 
     def _is_trigger(self, token: int, stops: tuple[str, ...]) -> bool:
-        table = self._triggers.get(stops)
-        if table is None:
-            table = self._triggers[stops] = {}
-        hit = table.get(token)
-        if hit is None:
-            text = self._token_text.get(token)
-            if text is None:
-                text = self._token_text[token] = self.detokenize([token])
-            hit = table[token] = _INCOMPLETE in text or any(s[-1] in text for s in stops if s)
-        return hit
+        text = self._token_text.get(token)
+        if text is None:
+            text = self._token_text[token] = self.detokenize([token])
+        return _INCOMPLETE in text or any(s[-1] in text for s in stops if s)
 
     def triggers(self, stops: tuple[str, ...], tokens: np.ndarray) -> np.ndarray:
         """bool [B]: which of tokens [B] (int64) could complete one of `stops` (see `_is_trigger`)."""
         table = self._tables.get(stops)
         top = int(tokens.max(initial=-1)) + 1
-        if table is None or len(table) < top:  # -1 = not looked at yet
+        if table is None or len(table) < top:
             grown = np.full(max(top, 2 * len(table) if table is not None else top), -1, np.int8)
             if table is not None:
                 grown[:len(table)] = table
@@ -66,7 +60,7 @@ class StopChecker:
     def check(self, seq: Sequence) -> bool:
         """After appending seq.output[-1]: True (and seq.text set, cut before the stop) when a stop string appeared."""
         stops = seq.params.stop
-        if not stops or not self._is_trigger(seq.output[-1], stops):
+        if not stops or not self.triggers(stops, np.array([seq.output[-1]], dtype=np.int64))[0]:
             return False
         self.num_decodes += 1
         text = self.detokenize(seq.output)
@@ -75,11 +69,3 @@ class StopChecker:
             return False
         seq.text = text[:cut]
         return True
-
-    def final_text(self, seq: Sequence) -> str:
-        """The text of a finished sequence: seq.text when a stop ended it, else its output cut at any stop."""
-        if seq.text is not None:
-            return seq.text
-        text = self.detokenize(seq.output)
-        cut = first_stop(text, seq.params.stop) if seq.params.stop else -1
-        return text if cut < 0 else text[:cut]
