@@ -286,9 +286,7 @@ class Summarizer:
             self._add_waiting(req, prompt, -1)
             return
         self._plan_pieces(req)
-        prompt, piece = req.todo.popleft()
-        self._add_waiting(req, prompt, piece)
-        self._defer(req)
+        self._defer(req)  # its pieces join the engine as the other long records' do
 
     def _plan_pieces(self, req: _Request) -> None:
         """The record's chunk prompts into req.todo (from a stated selection when over the work cap).
