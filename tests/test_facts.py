@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from worker.facts import SEVERITIES, extract_facts, pm
-from worker.facts.agreement import check_narrative
+from worker.facts.agreement import check_narrative, names_entity, names_problem
 from worker.facts.groups import group_messages
 from worker.facts.levels import message_severity
 from worker.facts.loglines import parse_line
@@ -452,3 +452,27 @@ def test_narrative_check_flags_a_date_outside_the_records_span():
                           "2019-07-14.", facts, record)
     assert good.agrees and not bad.agrees and not bad.only_known_elements
     assert any("2019-07-14" in issue for issue in bad.issues)
+
+
+# The narrative check matches names without building a regex per summary; these pin it to the
+# regex definitions it stands for (a name's separators match any run of -, _ and space, or none).
+_TEXT = st.text(alphabet="ab1-_ .'x", max_size=16)
+
+
+@given(_TEXT, st.text(alphabet="ab1-_ .x", min_size=1, max_size=6))
+@settings(max_examples=400, deadline=None)
+def test_names_entity_is_the_whole_name_regex(text, name):
+    parts = [re.escape(p) for p in re.split(r"[-_\s]+", name.strip().lower()) if p]
+    expected = bool(parts) and re.search(r"(?<![a-z0-9])" + r"[-_\s]*".join(parts) + r"(?![a-z0-9])", text) is not None
+    assert names_entity(text, name) is expected
+
+
+@given(_TEXT, st.text(alphabet="abx1' ", min_size=1, max_size=24))
+@settings(max_examples=400, deadline=None)
+def test_names_problem_counts_word_stems_at_word_starts(text, problem):
+    from worker.facts.agreement import _problem_words
+
+    words = _problem_words(problem)
+    hits = sum(bool(re.search(r"(?<![a-z0-9])" + re.escape(w[:5]), text.lower())) for w in words)
+    expected = not words or hits >= min(3, len(words)) or hits * 2 >= len(words)
+    assert names_problem(text, problem) is expected

@@ -34,11 +34,41 @@ _WORD = re.compile(r"[a-z][a-z0-9']*")
 _STOP = frozenset("""a an and are as at be by for from has have in into is it its of on or over the
     than that this to was were with times time events event""".split())
 _COUNT_SUFFIX = re.compile(r"\s*\(\d+ (?:times|events|failures|rejects)\)\s*$")
+# Built once: a pattern per record (its entity, its problem's words) costs a regex compile per summary.
+_SEVERITY_NAMED = {name: re.compile("|".join(rf"(?<![a-z0-9]){w}(?![a-z0-9])" for w in words))
+                   for name, words in SEVERITY_WORDS.items()}
+_SEPARATORS = re.compile(r"[-_\s]+")
+_WORD_START = re.compile(r"(?<![a-z0-9])[a-z0-9]")
 
 
-def _name_pattern(name: str) -> re.Pattern:
-    parts = [re.escape(p) for p in re.split(r"[-_\s]+", name.strip().lower()) if p]
-    return re.compile(r"(?<![a-z0-9])" + r"[-_\s]*".join(parts) + r"(?![a-z0-9])")
+def names_entity(text: str, name: str) -> bool:
+    """`name` occurs in lower-case `text` as a whole name, its `-`/`_`/space separators matching any
+    run of them or none (`gNB-12` matches `gnb 12`, `gnb_12`, `gnb12`)."""
+    parts = [p for p in _SEPARATORS.split(name.strip().lower()) if p]
+    if not parts:
+        return False
+    start = text.find(parts[0])
+    while start >= 0:
+        end = _match_rest(text, start + len(parts[0]), parts[1:])
+        if end >= 0 and (start == 0 or not _is_alnum(text[start - 1])) and (end == len(text) or not _is_alnum(text[end])):
+            return True
+        start = text.find(parts[0], start + 1)
+    return False
+
+
+def _match_rest(text: str, at: int, parts: list[str]) -> int:
+    """End of `parts` matched from `at`, each after any run of separators; -1 when they do not follow."""
+    for part in parts:
+        m = _SEPARATORS.match(text, at)
+        at = m.end() if m else at
+        if not text.startswith(part, at):
+            return -1
+        at += len(part)
+    return at
+
+
+def _is_alnum(ch: str) -> bool:
+    return "a" <= ch <= "z" or "0" <= ch <= "9"
 
 
 def _problem_words(problem: str) -> list[str]:
@@ -55,14 +85,14 @@ def names_problem(summary: str, problem: str | None) -> bool:
     if not words:
         return True
     text = summary.lower()
-    hits = sum(bool(re.search(r"(?<![a-z0-9])" + re.escape(w[:5]), text)) for w in words)
+    starts = [m.start() for m in _WORD_START.finditer(text)]  # where a content word's stem may begin
+    hits = sum(any(text.startswith(w[:5], i) for i in starts) for w in words)
     return hits >= min(3, len(words)) or hits * 2 >= len(words)
 
 
 def severities_named(summary: str) -> set[str]:
     text = summary.lower()
-    return {name for name, words in SEVERITY_WORDS.items()
-            if any(re.search(rf"(?<![a-z0-9]){w}(?![a-z0-9])", text) for w in words)}
+    return {name for name, pattern in _SEVERITY_NAMED.items() if pattern.search(text)}
 
 
 def foreign_elements(summary: str, facts: Facts, record: TelemetryRecord) -> list[str]:
@@ -98,7 +128,7 @@ def check_narrative(summary: str, facts: Facts, record: TelemetryRecord) -> Narr
     issues: list[str] = []
     element_ok = True
     if facts.entity:
-        element_ok = _name_pattern(facts.entity).search(summary.lower()) is not None
+        element_ok = names_entity(summary.lower(), facts.entity)
         if not element_ok:
             issues.append(f"does not name the element {facts.entity}")
     problem_ok = names_problem(summary, facts.problem)
