@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
 import torch
 
 from worker.engine.prefix_cache import PrefixCache, PrefixHit
@@ -66,28 +67,26 @@ class PrefixReuse:
     # -- engine thread ----------------------------------------------------------------------
     def copy_in(self, seqs: list[Sequence]) -> None:
         """Copy each sequence's cached head into the first rows of its (just allocated) slab."""
+        size = self.cache.block_size
         src, dst = [], []
         for seq in seqs:
             if seq.prefix_hit is not None and seq.prefix_len:
-                for block, rows in enumerate(seq.prefix_hit.rows):
-                    src.extend(rows)
-                    base = seq.slab_start + block * self.cache.block_size
-                    dst.extend(range(base, base + len(rows)))
-        self._copy_rows(src, dst)
+                src.extend(r.start for r in seq.prefix_hit.rows)
+                dst.extend(range(seq.slab_start, seq.slab_start + seq.prefix_len, size))
+        self._copy_blocks(src, dst)
 
     def remember(self, seqs: list[Sequence]) -> None:
         """After their prompts were prefilled: cache each prompt's new full blocks, release the heads."""
         src, dst = [], []
-        size = self.cache.block_size
         with self._lock:
             for seq in seqs:
                 hit = seq.prefix_hit
                 if hit is None:
                     continue
                 for offset, cache_row in self.cache.insert(seq.prompt, hit):
-                    src.extend(range(seq.slab_start + offset, seq.slab_start + offset + size))
-                    dst.extend(range(cache_row, cache_row + size))
-        self._copy_rows(src, dst)  # queued before anything can reuse the rows: the release below is safe
+                    src.append(seq.slab_start + offset)
+                    dst.append(cache_row)
+        self._copy_blocks(src, dst)  # queued before anything can reuse the rows: the release below is safe
         with self._lock:
             for seq in seqs:
                 hit, seq.prefix_hit = seq.prefix_hit, None
@@ -95,13 +94,17 @@ class PrefixReuse:
                     self.cache.release(hit)
 
     @torch.inference_mode()
-    def _copy_rows(self, src: list[int], dst: list[int]) -> None:
+    def _copy_blocks(self, src: list[int], dst: list[int]) -> None:
+        """Copy whole blocks: rows [src[i], src[i] + block_size) to [dst[i], ...), every layer's K and V.
+        Only the block starts cross to the device (a bin's heads are ~10^4 blocks, ~10^5 rows): the
+        rows are expanded there."""
         if not src:
             return
         device = self.kv.k[0].device
-        index = torch.tensor([src, dst], dtype=torch.int64)
-        if device.type == "cuda":
-            index = index.pin_memory()
-        src_rows, dst_rows = index.to(device, non_blocking=True)
+        starts = torch.from_numpy(np.array([src, dst], dtype=np.int64))
+        if device.type == "cuda":  # pinned: the upload does not wait for the queued GPU work
+            starts = starts.pin_memory()
+        starts = starts.to(device, non_blocking=True)
+        src_rows, dst_rows = (starts[:, :, None] + torch.arange(self.cache.block_size, device=device)).flatten(1)
         for tape in (*self.kv.k, *self.kv.v):
             tape.index_copy_(0, dst_rows, tape.index_select(0, src_rows))
