@@ -38,7 +38,7 @@ def test_engine_sequences_join_and_leave_mid_stream_match_solo(tiny_model):
     later = [engine.add(p, SamplingParams(max_new_tokens=n)) for p, n in zip(prompts[2:], max_new[2:])]
     decode_batches = []
     original_decode = engine.runner.decode
-    engine.runner.decode = lambda ids, pos, starts: (decode_batches.append(len(ids)), original_decode(ids, pos, starts))[1]
+    engine.runner.decode = lambda ids, *rest: (decode_batches.append(len(ids)), original_decode(ids, *rest))[1]
     run_until_done(engine, first + later)
     assert len(set(decode_batches)) > 1  # the decode batch grew and shrank
     for seq, p, n in zip(first + later, prompts, max_new):

@@ -255,3 +255,30 @@ def test_prefix_cache_with_colliding_hash_stays_exact_and_keeps_pins(ops):
                         [(row, off + 2) for off, row in copies]:
                     assert tape[row] == tuple(tokens[:expected]), "a pinned block was overwritten"
                 cache.release(hit)
+
+
+def test_prefix_cache_partial_release_keeps_the_leading_blocks_pinned():
+    cache, tape = PrefixCache(block_size=2, num_blocks=3, first_row=100), {}
+    chain = [1, 1, 2, 2, 3, 3, 0]
+    _run(cache, tape, chain)
+    hit = cache.match(chain)
+    assert hit.leading_run() == (100, 6)  # blocks 0, 1, 2: consecutive rows from the first
+    cache.release(hit, keep=1)
+    assert cache.num_pinned_blocks == 1
+    _run(cache, tape, [5, 5, 6, 6, 0])  # needs two blocks: only the two unpinned leaves can go
+    assert cache.num_evictions == 2 and _cached(cache, chain) == 2
+    cache.release(hit)
+    assert cache.num_pinned_blocks == 0
+    with pytest.raises(ValueError, match="already released"):
+        cache.release(hit)
+
+
+def test_prefix_hit_leading_run_stops_at_the_first_gap():
+    cache, tape = PrefixCache(block_size=2, num_blocks=4, first_row=0), {}
+    _run(cache, tape, [1, 1, 9])        # block 0 at rows 0-1
+    _run(cache, tape, [7, 7, 9])        # block 1 at rows 2-3 (another prompt)
+    _run(cache, tape, [1, 1, 2, 2, 9])  # its second block lands at rows 4-5
+    hit = cache.match([1, 1, 2, 2, 9])
+    assert hit.rows == [range(0, 2), range(4, 6)] and hit.leading_run() == (0, 2)
+    cache.release(hit)
+    assert PrefixCache(block_size=2, num_blocks=1, first_row=0).match([1, 2]).leading_run() == (0, 0)

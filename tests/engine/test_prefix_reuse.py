@@ -99,3 +99,22 @@ def test_prefix_reuse_logits_match_full_prefill(tiny_model):
     plain.runner.prefill_bin = capture
     _run(plain, [prompt], max_new=1)
     assert torch.allclose(captured[0], captured[1], atol=1e-5, rtol=1e-4)
+
+
+def test_prefix_reuse_decoding_sequence_keeps_its_shared_head_pinned_until_it_finishes(tiny_model):
+    rng = random.Random(6)
+    head = [rng.randrange(3, 256) for _ in range(40)]
+    engine = make_engine(tiny_model, prefix_blocks=32)
+    _run(engine, [head + [5, 6]])  # caches the head's five 8-token blocks
+    seq = engine.add(head + [9, 10, 11], SamplingParams(max_new_tokens=6))
+    while seq not in engine.scheduler.decoding:
+        engine.step()
+    cache = engine.prefix.cache
+    assert seq.prefix_len == 40 and seq.shared_head == (cache.first_row, 40)  # one run of consecutive rows
+    row = engine.scheduler.decoding.seqs.index(seq)
+    assert engine.scheduler.decoding.head_start[row] == cache.first_row
+    assert engine.scheduler.decoding.head_len[row] == 40
+    assert cache.num_pinned_blocks == 5  # the head decode reads; the prompt's own block was released
+    run_until_done(engine, [seq])
+    assert seq.output == reference_greedy(tiny_model, head + [9, 10, 11], 6)
+    assert cache.num_pinned_blocks == 0 and seq.shared_head == (0, 0)

@@ -15,7 +15,8 @@ import numpy as np
 
 from worker.engine.sequence import Sequence
 
-_INT_FIELDS = ("last_token", "position", "slab_start", "output_start", "out_len", "max_new", "stop_group")
+_INT_FIELDS = ("last_token", "position", "slab_start", "head_start", "head_len", "output_start", "out_len",
+               "max_new", "stop_group")
 _FLOAT_FIELDS = ("temperature", "top_p", "penalty")
 
 
@@ -27,6 +28,8 @@ class DecodeBatch:
         self.last_token = np.empty(0, np.int64)    # the token this step feeds (the last one sampled)
         self.position = np.empty(0, np.int64)      # its position = KV rows already cached
         self.slab_start = np.empty(0, np.int64)
+        self.head_start = np.empty(0, np.int64)     # a shared copy of the slab's first head_len rows
+        self.head_len = np.empty(0, np.int64)       # (the prefix cache's), read instead; 0 = none
         self.output_start = np.empty(0, np.int64)  # tape row of output token 0 (slab start + prompt length)
         self.out_len = np.empty(0, np.int64)       # tokens generated so far
         self.max_new = np.empty(0, np.int64)
@@ -58,6 +61,8 @@ class DecodeBatch:
             rows["last_token"].append(seq.output[-1])
             rows["position"].append(seq.num_cached)
             rows["slab_start"].append(seq.slab_start)
+            rows["head_start"].append(seq.shared_head[0])
+            rows["head_len"].append(seq.shared_head[1])
             rows["output_start"].append(seq.slab_start + seq.prompt_len)
             rows["out_len"].append(len(seq.output))
             rows["max_new"].append(p.max_new_tokens)

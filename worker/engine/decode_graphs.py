@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 # Powers of two, with midpoints above 64 so a batch pads by at most a third.
 _BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 
-_IDS, _POS, _STARTS, _SLOTS, _USED = range(5)  # rows of the staging buffer
+_IDS, _POS, _STARTS, _SLOTS, _USED, _HEAD_STARTS, _HEAD_LENS = range(7)  # rows of the staging buffer
+_ROWS = 7
 
 
 def decode_buckets(max_batch: int) -> tuple[int, ...]:
@@ -47,7 +48,7 @@ class DecodeGraphs:
         self.use_graphs = use_graphs and self.device.type == "cuda"
         self._pin = self.device.type == "cuda"
         with torch.inference_mode():
-            self._staging = torch.zeros(5, max_batch, dtype=torch.int64, device=self.device)  # [5, Bmax]
+            self._staging = torch.zeros(_ROWS, max_batch, dtype=torch.int64, device=self.device)  # [7, Bmax]
             self._arange = torch.arange(max_batch + 1, dtype=torch.int64, device=self.device)  # [Bmax+1]
         self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self._pool = None
@@ -60,11 +61,13 @@ class DecodeGraphs:
         raise ValueError(f"decode batch {batch} exceeds the largest bucket {self.max_batch}")
 
     @torch.inference_mode()
-    def run(self, input_ids: Sequence[int], positions: Sequence[int], slab_starts: Sequence[int]) -> torch.Tensor:
-        """Logits float32 [B, V] for one token per sequence at `positions` (= rows already cached)."""
+    def run(self, input_ids: Sequence[int], positions: Sequence[int], slab_starts: Sequence[int],
+            head_starts: Sequence[int] | None = None, head_lens: Sequence[int] | None = None) -> torch.Tensor:
+        """Logits float32 [B, V] for one token per sequence at `positions` (= rows already cached).
+        head_starts/head_lens: shared copies of the sequences' first rows (see decode_attention)."""
         batch = len(input_ids)
         bucket = self.bucket_for(batch)
-        host = np.zeros((5, bucket), dtype=np.int64)
+        host = np.zeros((_ROWS, bucket), dtype=np.int64)
         host[_IDS, :batch] = input_ids
         host[_POS, :batch] = positions
         host[_STARTS, :batch] = slab_starts
@@ -72,6 +75,9 @@ class DecodeGraphs:
         host[_SLOTS, batch:] = -1  # padding rows write to the scratch row
         host[_USED, :batch] = host[_POS, :batch] + 1
         host[_USED, batch:] = 1
+        if head_lens is not None:
+            host[_HEAD_STARTS, :batch] = head_starts
+            host[_HEAD_LENS, :batch] = head_lens
         staged = torch.from_numpy(host)
         if self._pin:
             staged = staged.pin_memory()  # the caching host allocator keeps it until the copy is done
@@ -85,11 +91,12 @@ class DecodeGraphs:
         return graph[1][:batch]
 
     def _forward(self, bucket: int, max_seqlen_k: int) -> torch.Tensor:
-        rows = self._staging[:, :bucket]  # [5, b]
+        rows = self._staging[:, :bucket]  # [7, b]
         attn = AttentionMetadata(
             cu_seqlens_q=self._arange[:bucket + 1].to(torch.int32), max_seqlen_q=1,
             slab_starts=rows[_STARTS].to(torch.int32), seqused_k=rows[_USED].to(torch.int32),
-            max_seqlen_k=max_seqlen_k, slot_mapping=rows[_SLOTS], is_prefill_from_zero=False)
+            max_seqlen_k=max_seqlen_k, slot_mapping=rows[_SLOTS], is_prefill_from_zero=False,
+            head_starts=rows[_HEAD_STARTS].to(torch.int32), head_lens=rows[_HEAD_LENS].to(torch.int32))
         return self.model(rows[_IDS], rows[_POS], attn, self.kv, self._arange[:bucket])
 
     def _capture(self, bucket: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
@@ -99,6 +106,7 @@ class DecodeGraphs:
         self._staging[_STARTS, :bucket] = 0
         self._staging[_POS, :bucket] = 0
         self._staging[_USED, :bucket] = 1
+        self._staging[_HEAD_LENS, :bucket] = 0
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):  # warm-up off the capture: compiles kernels, creates handles

@@ -110,8 +110,7 @@ class Engine:
             seq = Sequence(next(self._ids), tokens.tolist(), params)
             self._seqs[seq.seq_id] = seq
         if self.prefix is not None:  # a cached head is copied in at admission; the bin holds the rest
-            seq.prefix_hit = hit = self.prefix.match(seq.prompt)
-            seq.prefix_len = hit.num_tokens
+            self.prefix.match(seq)
         rest = tokens[seq.prefix_len:]
         if len(rest) > self.dispatcher.token_budget:
             self._long_inbox.put(seq)
@@ -258,7 +257,8 @@ class Engine:
         else:
             assert isinstance(plan, Decode)
             batch = self.scheduler.decoding  # the plan's sequences, as arrays
-            logits = self.runner.decode(batch.last_token, batch.position, batch.slab_start)
+            logits = self.runner.decode(batch.last_token, batch.position, batch.slab_start,
+                                        batch.head_start, batch.head_len)
             rows = _SamplingRows(batch.temperature, batch.top_p, batch.penalty, batch.output_start, batch.out_len)
         penalised = bool((rows.penalty != 1.0).any())
         history = self.outputs.histories(rows.output_start, rows.out_len) if penalised else None

@@ -59,6 +59,15 @@ class PrefixHit:
     _pinned: list[_Block] = field(default_factory=list, repr=False)
     _released: bool = field(default=False, repr=False)
 
+    def leading_run(self) -> tuple[int, int]:
+        """(first tape row, tokens) of the leading blocks that lie in consecutive rows; (0, 0) for none."""
+        if not self.rows:
+            return 0, 0
+        n = 1
+        while n < len(self.rows) and self.rows[n].start == self.rows[n - 1].stop:
+            n += 1
+        return self.rows[0].start, self.rows[n - 1].stop - self.rows[0].start
+
 
 class PrefixCache:
     """Hash-chained, reference-counted, LRU-evicted prompt blocks in one tape region. Engine thread only."""
@@ -165,15 +174,16 @@ class PrefixCache:
             parent = block
         return copies
 
-    def release(self, hit: PrefixHit) -> None:
-        """Unpin everything `hit` pins; its blocks become evictable (deepest first)."""
+    def release(self, hit: PrefixHit, *, keep: int = 0) -> None:
+        """Unpin what `hit` pins beyond its first `keep` blocks (deepest first: they become evictable
+        in that order); with keep=0 the handle is done. The kept blocks are still a path from the root."""
         self._check_live(hit)
-        hit._released = True
-        for block in reversed(hit._pinned):
+        hit._released = keep == 0
+        for block in reversed(hit._pinned[keep:]):
             block.ref_count -= 1
             if block.ref_count == 0:
                 self._lru[block.index] = block
-        hit._pinned.clear()
+        del hit._pinned[keep:]
 
     def _rows(self, block: _Block) -> range:
         start = self.first_row + block.index * self.block_size

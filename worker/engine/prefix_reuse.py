@@ -9,7 +9,8 @@ region at the end of the KV tape; this module is its one user:
   rest goes to the dispatcher and into a bin;
 - `copy_in` (engine thread, at admission): the pinned rows copied into the sequence's new slab;
 - `remember` (engine thread, after the prompt's prefill): the prompt's new full blocks copied from
-  the slab into the cache, and the handle released.
+  the slab into the cache; the handle keeps only the head that decode reads (`Sequence.shared_head`)
+  pinned, until `release` when the sequence leaves.
 
 Copies run on the compute stream, so a copy, the prefill that reads it and any later reuse of the
 rows stay in order without waiting on the host. Thread-safe: one lock around the cache.
@@ -43,14 +44,17 @@ class PrefixReuse:
         self._lock = threading.Lock()  # protects cache
 
     # -- any thread -------------------------------------------------------------------------
-    def match(self, prompt: list[int]) -> PrefixHit:
-        """The cached head of `prompt` (never all of it), pinned until `release`/`remember`."""
+    def match(self, seq: Sequence) -> None:
+        """Give `seq` the cached head of its prompt (never all of it), pinned until `release`."""
         with self._lock:
-            return self.cache.match(prompt)
+            hit = self.cache.match(seq.prompt)
+        seq.prefix_hit, seq.prefix_len = hit, hit.num_tokens
+        seq.shared_head = hit.leading_run()
 
     def release(self, seq: Sequence) -> None:
-        """Unpin a sequence's head (it failed or left before `remember`). Idempotent."""
+        """Unpin a sequence's head (it finished, failed or left). Idempotent."""
         hit, seq.prefix_hit = seq.prefix_hit, None
+        seq.shared_head = (0, 0)
         if hit is not None:
             with self._lock:
                 self.cache.release(hit)
@@ -89,9 +93,12 @@ class PrefixReuse:
         self._copy_blocks(src, dst)  # queued before anything can reuse the rows: the release below is safe
         with self._lock:
             for seq in seqs:
-                hit, seq.prefix_hit = seq.prefix_hit, None
+                hit = seq.prefix_hit
                 if hit is not None:
-                    self.cache.release(hit)
+                    keep = seq.shared_head[1] // self.cache.block_size
+                    self.cache.release(hit, keep=keep)
+                    if not keep:
+                        seq.prefix_hit = None
 
     @torch.inference_mode()
     def _copy_blocks(self, src: list[int], dst: list[int]) -> None:

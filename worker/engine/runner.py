@@ -92,12 +92,15 @@ class ModelRunner:
         return self.model(input_ids, position_ids, attn, self.kv, meta[4:5])
 
     @torch.inference_mode()
-    def decode(self, input_ids: list[int], positions: list[int], slab_starts: list[int]) -> torch.Tensor:
-        """One token per sequence at the given positions (= rows already cached) -> float32 [B, V]."""
+    def decode(self, input_ids, positions, slab_starts, head_starts=None, head_lens=None) -> torch.Tensor:
+        """One token per sequence at the given positions (= rows already cached) -> float32 [B, V].
+        head_starts/head_lens: where a shared copy of each sequence's first rows lies (prefix cache)."""
         step = self.decode_step.max_batch
         if len(input_ids) <= step:
-            return self.decode_step.run(input_ids, positions, slab_starts)
+            return self.decode_step.run(input_ids, positions, slab_starts, head_starts, head_lens)
         # A replay overwrites its graph's logits, so each pass's rows are copied out before the next.
+        part = (lambda x, i: None if x is None else x[i:i + step])  # noqa: E731
         return torch.cat([self.decode_step.run(input_ids[i:i + step], positions[i:i + step],
-                                               slab_starts[i:i + step]).clone()
+                                               slab_starts[i:i + step], part(head_starts, i),
+                                               part(head_lens, i)).clone()
                           for i in range(0, len(input_ids), step)])

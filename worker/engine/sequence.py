@@ -58,6 +58,9 @@ class Sequence:
     prefix_len: int = 0           # prompt tokens whose K/V come from the prefix cache (not prefilled)
     prefix_hit: object | None = None  # the prefix cache's handle pinning them (PrefixHit), until cached
     prefix_in_slab: bool = False  # the cached head has been copied into the current slab
+    # (first tape row, rows): a pinned copy of the slab's first rows that decode reads instead (the
+    # cached head's leading blocks that lie in consecutive rows); (0, 0) = none.
+    shared_head: tuple[int, int] = (0, 0)
     submitted_at: float = field(default_factory=time.perf_counter)
     prefill_started_at: float = 0.0
     first_token_at: float = 0.0

@@ -37,6 +37,10 @@ class AttentionMetadata:
     # int32 [B+1]: slab starts then the tape length, for FA2 over the tape. Derived on the device once per
     # pass (LlamaModel.forward fills it when None) so no layer builds it again.
     cu_seqlens_k: torch.Tensor | None = None
+    # Decode only, int32 [B] each: the first head_lens[b] keys of sequence b may be read from rows
+    # head_starts[b].. (a shared copy of its slab's first rows, see decode_attention); None = none.
+    head_starts: torch.Tensor | None = None
+    head_lens: torch.Tensor | None = None
 
     @property
     def num_seqs(self) -> int:
@@ -192,7 +196,8 @@ def tape_attention(q, k_tape, v_tape, meta: AttentionMetadata, scale: float) -> 
     if meta.max_seqlen_q == 1 and q.shape[0] == meta.num_seqs and _triton_decode_ok(q):
         from worker.model.decode_attention import decode_attention
 
-        return decode_attention(q, k_tape, v_tape, meta.slab_starts, meta.seqused_k, scale)
+        return decode_attention(q, k_tape, v_tape, meta.slab_starts, meta.seqused_k, scale,
+                                meta.head_starts, meta.head_lens)
     out = torch.ops.aten._flash_attention_forward(
         q, k_tape, v_tape, meta.cu_seqlens_q, cu_k, meta.max_seqlen_q, meta.max_seqlen_k,
         0.0, True, False, scale=scale, seqused_k=meta.seqused_k)
