@@ -126,7 +126,8 @@ def build_summarizer(engine: EngineSettings, budgets: Budgets, loaded, dispatche
     return Summarizer(loaded, token_budget=budgets.token_budget, max_new_tokens=engine.max_new_tokens,
                       kv_capacity_rows=budgets.kv_rows, max_seqs_per_bin=budgets.max_seqs_per_bin,
                       max_context=engine.max_context, seed=engine.seed, dispatcher=dispatcher,
-                      prefix_cache=engine.prefix_cache, max_record_tokens=engine.max_record_tokens or None,
+                      prefix_cache=engine.prefix_cache, prefix_cache_tokens=engine.prefix_cache_tokens,
+                      max_record_tokens=engine.max_record_tokens or None,
                       over_cap=engine.over_cap,
                       sampling=default_sampling(engine.max_new_tokens, engine.temperature, engine.top_p))
 

@@ -113,13 +113,16 @@ class Summarizer:
                  sampling: SamplingParams | None = None, seed: int = 0, dispatcher=None,
                  max_context: int | None = None, max_record_tokens: int | None = None,
                  over_cap: str = "select", preprocess_workers: int | None = None,
-                 max_pending_records: int = 4096, prefix_cache: bool = True) -> None:
+                 max_pending_records: int = 4096, prefix_cache: bool = True,
+                 prefix_cache_tokens: int | None = None) -> None:
         """max_record_tokens / over_cap: the per-record work cap and what happens beyond it ('select'
         a stated part, or 'dead_letter' as RecordTooLong). preprocess_workers: processes preparing
         records (facts, prompt, tokens); None = a default for the device (see worker.preprocess).
         max_pending_records: records accepted but not yet handed to the engine, beyond which `submit`
         raises Backpressure. prefix_cache: keep the KV of prompt heads in a region at the end of the
-        arena (`prefix_region_rows`) and reuse it."""
+        arena and reuse it; prefix_cache_tokens: that region's rows (None: `prefix_region_rows`),
+        in whole blocks. The region never takes rows from the slabs: a defaulted arena grows by it, a
+        given one keeps at least one full context for slabs."""
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer
         # The prompts ask for one paragraph; the stop string ends the model's habit of adding another,
@@ -143,7 +146,10 @@ class Summarizer:
             kv_capacity_rows = default_kv_rows(cfg, param.dtype, self.device, token_budget=token_budget,
                                                max_seqs_per_bin=max_seqs_per_bin, max_new_tokens=max_new_tokens,
                                                max_context=self.max_context)
-        region = prefix_region_rows(kv_capacity_rows) if prefix_cache else 0
+        region = 0
+        if prefix_cache:
+            region = (prefix_region_rows(kv_capacity_rows) if prefix_cache_tokens is None
+                      else _whole_blocks(prefix_cache_tokens))
         if sized_here:
             kv_capacity_rows += region  # the prefix region comes on top of the slabs' rows
         else:  # a given arena keeps at least one full context for slabs

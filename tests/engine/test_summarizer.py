@@ -327,3 +327,28 @@ def test_summarizer_far_beyond_context_plans_off_the_callers_thread(loaded):
         s.close()
     assert planned_on == ["telesum-long-plan"]
     assert results["long"].hierarchical and isinstance(results["fits"], Summary)
+
+
+def test_summarizer_prefix_cache_region_follows_the_setting_and_never_takes_slab_rows(loaded):
+    from worker.runtime import build_summarizer
+    from worker.settings.budgets import Budgets
+    from worker.settings.load import load_settings
+
+    engine = load_settings(env={"TELESUM_PREFIX_CACHE_TOKENS": "1000"}).settings.engine
+    assert engine.prefix_cache_tokens == 1000
+    budgets = Budgets(token_budget=1024, max_seqs_per_bin=16, kv_rows=None, sources={})
+    sized = build_summarizer(engine, budgets, loaded, dispatcher=FakeDispatcher(1024, 16))
+    given = Summarizer(loaded, token_budget=1024, max_new_tokens=MAX_NEW, dispatcher=FakeDispatcher(1024, 16),
+                       kv_capacity_rows=loaded.config.max_position_embeddings + 256, prefix_cache_tokens=1000)
+    off = build_summarizer(load_settings(env={"TELESUM_PREFIX_CACHE": "false"}).settings.engine, budgets, loaded,
+                           dispatcher=FakeDispatcher(1024, 16))
+    try:
+        cache = sized.prefix.cache
+        assert cache.num_blocks * cache.block_size == 992  # whole 32-token blocks
+        assert sized.arena.cache.capacity_rows == sized.arena.capacity_rows + 992  # beside the slabs' rows
+        assert sized.arena.capacity_rows == off.arena.capacity_rows  # the slabs keep every row they had
+        assert given.prefix.cache.num_blocks * given.prefix.cache.block_size == 256  # a context stays for slabs
+        assert off.prefix is None
+    finally:
+        for s in (sized, given, off):
+            s.close()

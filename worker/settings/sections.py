@@ -44,6 +44,9 @@ class EngineSettings(MaskedRepr, msgspec.Struct, **_Struct):
     seed: Annotated[int, opt("TELESUM_SEED", "sampling seed", ge=0)] = 0
     prefix_cache: Annotated[bool, opt("TELESUM_PREFIX_CACHE", "reuse the KV of prompt heads shared with "
                                                               "recent prompts (prefill only the rest)")] = True
+    prefix_cache_tokens: Annotated[PositiveInt | None, opt(
+        "TELESUM_PREFIX_CACHE_TOKENS", "prompt tokens whose KV the prefix cache may hold, in KV rows kept "
+                                       "beside the slabs (auto: a sixteenth of the arena, at most 65536)")] = None
     max_record_tokens: Annotated[int, opt("TELESUM_MAX_RECORD_TOKENS",
                                           "per-record work cap in body tokens (0: none; else at least the "
                                           "context); see --over-cap", ge=0)] = 131072
