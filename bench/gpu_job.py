@@ -10,7 +10,9 @@ the real SmolLM2 tokenizer; 64 new tokens, EOS off. Per shape and profile: the S
 (stop string + repetition penalty); the engine alone on the same pre-tokenised prompts; Hugging Face
 `generate` on padded batches (best of 16/32/64) of the same prompts; a decode-step microbenchmark
 (FlashAttention-2 or the Triton decode kernel, eager or CUDA graph) with a logits check. Writes DIR/gpu_job.json
-(keys `<shape>_<profile>_<sampling>`: records_per_s, gpu_busy, p50_s, p99_s, output_tok_per_s).
+(keys `<shape>_<profile>_<sampling>`, on `short` production `..._prefix_on` / `..._prefix_off`: prefix
+reuse on and off: records_per_s, gpu_busy, p50_s, p99_s, output_tok_per_s, prompt_tokens and
+prefill_tokens_computed, the prompt tokens a prefill actually ran).
 """
 
 from __future__ import annotations
@@ -87,7 +89,8 @@ def summarizer_run(loaded, records, *, sampling: str, worker_config: bool, profi
     summarizer.start()
     warm = records[:300]
     list(summarizer.results_in_order(warm))  # compile, capture graphs, start the preprocessing pool
-    latencies, out_tokens, failed = [], 0, 0
+    latencies, out_tokens, prompt_tokens, failed = [], 0, 0, 0
+    hits_before = summarizer.prefix.stats()["hit_tokens"] if summarizer.prefix is not None else 0
     with GpuBusySampler() as busy:
         t0 = sync_time()
         for _, result in summarizer.results_in_order(records):
@@ -96,11 +99,14 @@ def summarizer_run(loaded, records, *, sampling: str, worker_config: bool, profi
                 continue
             latencies.append(result.timings.total_s)
             out_tokens += result.output_tokens
+            prompt_tokens += result.prompt_tokens
         dt = sync_time() - t0
     stats = summarizer.dispatcher.stats()
     budgets = getattr(summarizer, "worker_budgets", None)
     prefix = summarizer.prefix.stats() if summarizer.prefix is not None else None
+    hit_tokens = prefix["hit_tokens"] - hits_before if prefix else 0  # of the measured records only
     kv_rows = summarizer.arena.capacity_rows
+    region_rows = summarizer.prefix.cache.num_blocks * summarizer.prefix.cache.block_size if prefix else 0
     summarizer.close(drain=False)
     if profs:
         text = io.StringIO()
@@ -117,7 +123,9 @@ def summarizer_run(loaded, records, *, sampling: str, worker_config: bool, profi
             "p99_s": lat[int(0.99 * (len(lat) - 1))] if lat else None,
             "output_tok_per_s": out_tokens / dt, "mean_output_tokens": out_tokens / max(1, len(lat)),
             "bin_fill": stats.get("fill_ratio"), "bins": stats.get("bins"), "kv_rows": kv_rows,
-            "prefix_hit_token_share": prefix["hit_token_share"] if prefix else 0.0,
+            "prompt_tokens": prompt_tokens, "prefill_tokens_computed": prompt_tokens - hit_tokens,
+            "prefix_hit_token_share": hit_tokens / prompt_tokens if prompt_tokens else 0.0,
+            "prefix_region_rows": region_rows,
             **({"budgets": budgets} if budgets else {})}
 
 
@@ -285,37 +293,46 @@ def hf_best(shape: str, prompts) -> dict:
 
 @torch.inference_mode()
 def decode_micro(loaded) -> dict:
-    """ms per decode step at 1,100-row contexts: FA2 or the Triton kernel, eager or CUDA graph; logits vs eager FA2."""
+    """ms per decode step at 1,100-row contexts: FA2 or the Triton kernel, eager or CUDA graph; logits vs eager FA2.
+    `graph_triton_shared_head`: every slab starts with one of 4 heads of 512 rows (as `short` prompts
+    start with their kind's head) and decode reads the head from one shared copy, as prefix reuse does."""
     from worker.engine.kv_arena import KVArena
     from worker.engine.runner import ModelRunner
 
     cfg = loaded.config
     res = {}
-    ctx = 1100
+    ctx, head, kinds = 1100, 512, 4
     for batch in (256, 1024):
-        arena = KVArena(cfg, batch * (ctx + 8), dtype=torch.bfloat16, device=torch.device("cuda"))
-        for layer in range(cfg.num_layers):
-            arena.cache.k[layer].normal_()
-            arena.cache.v[layer].normal_()
+        slabs_end = batch * (ctx + 8)
+        arena = KVArena(cfg, slabs_end + kinds * head, dtype=torch.bfloat16, device=torch.device("cuda"))
         starts = [i * (ctx + 8) for i in range(batch)]
+        head_starts = [slabs_end + (i % kinds) * head for i in range(batch)]
+        src = torch.tensor([h + r for h in head_starts for r in range(head)], device="cuda")
+        dst = torch.tensor([s + r for s in starts for r in range(head)], device="cuda")
+        for tape in (*arena.cache.k, *arena.cache.v):
+            tape.normal_()
+            tape.index_copy_(0, dst, tape.index_select(0, src))  # each slab's head = its kind's copy
         ids = torch.randint(100, cfg.vocab_size - 100, (batch,)).tolist()
         positions = [ctx - 1 - (i % 50) for i in range(batch)]
         runs = {}
-        variants = (("eager_fa2", False, "fa2"), ("graph_fa2", True, "fa2"),
-                    ("eager_triton", False, "triton"), ("graph_triton", True, "triton"))
-        for name, graphs, kernel in variants:
+        variants = (("eager_fa2", False, "fa2", False), ("graph_fa2", True, "fa2", False),
+                    ("eager_triton", False, "triton", False), ("graph_triton", True, "triton", False),
+                    ("graph_triton_shared_head", True, "triton", True))
+        for name, graphs, kernel, shared in variants:
             attention_mod.DECODE_KERNEL = kernel
             runner = ModelRunner(loaded.model, arena.cache, "cuda", decode_graphs=graphs, max_decode_batch=batch)
-            logits = runner.decode(ids, positions, starts).clone()
+            heads = (head_starts, [head] * batch) if shared else ()
+            logits = runner.decode(ids, positions, starts, *heads).clone()
             for _ in range(3):
-                runner.decode(ids, positions, starts)
+                runner.decode(ids, positions, starts, *heads)
             t0 = sync_time()
             for _ in range(10):
-                runner.decode(ids, positions, starts)
+                runner.decode(ids, positions, starts, *heads)
             runs[name] = ((sync_time() - t0) / 10 * 1e3, logits)
         attention_mod.DECODE_KERNEL = "triton"
-        ref = runs["eager_fa2"][1]
-        res[f"B{batch}"] = {name: {"ms": ms, "rel_err_vs_eager": float((lg - ref).norm() / ref.norm())}
+        ref, graph = runs["eager_fa2"][1], runs["graph_triton"][1]
+        res[f"B{batch}"] = {name: {"ms": ms, "rel_err_vs_eager": float((lg - ref).norm() / ref.norm()),
+                                   "rel_err_vs_graph_triton": float((lg - graph).norm() / graph.norm())}
                             for name, (ms, lg) in runs.items()}
         del arena
         torch.cuda.empty_cache()
@@ -332,7 +349,10 @@ def chart(res: dict, path: Path) -> None:
 
     runs = [(k, v) for k, v in res.items() if isinstance(v, dict) and "records_per_s" in v]
     decode = [(k, v) for k, v in res.items() if k.endswith("_decode_ms")]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [3, 2]})
+    if decode:
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [3, 2]})
+    else:
+        fig, ax1 = plt.subplots(figsize=(9, 4.8))
     ax1.barh([k for k, _ in runs], [v["records_per_s"] for _, v in runs], color="tab:orange")
     for i, (_, v) in enumerate(runs):
         busy = v.get("gpu_busy")
@@ -342,16 +362,17 @@ def chart(res: dict, path: Path) -> None:
     ax1.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax1.set_xlabel("records/s (log scale)")
     ax1.invert_yaxis()
-    labels, width = [], 0.2
-    for j, (shape, table) in enumerate(decode):
+    labels, width = [], 0.16
+    for j, (shape, table) in enumerate(decode if decode else []):
         for b, (batch, kernels) in enumerate(table.items()):
             labels.append(f"{shape.removesuffix('_decode_ms')} {batch}")
             for n, (name, r) in enumerate(kernels.items()):
-                ax2.bar(len(labels) - 1 + (n - 1.5) * width, r["ms"], width, color=f"C{n}",
+                ax2.bar(len(labels) - 1 + (n - (len(kernels) - 1) / 2) * width, r["ms"], width, color=f"C{n}",
                         label=name if len(labels) == 1 else None)
-    ax2.set_xticks(range(len(labels)), labels, fontsize=8, rotation=20)
-    ax2.set_ylabel("ms per decode step (1,100-row contexts)")
-    ax2.legend(fontsize=8)
+    if decode:
+        ax2.set_xticks(range(len(labels)), labels, fontsize=8, rotation=20)
+        ax2.set_ylabel("ms per decode step (1,100-row contexts)")
+        ax2.legend(fontsize=8)
     fig.suptitle(f"telesum, the real job: {res['device']}, {res['date']}, {res['new_tokens']} new tokens")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -366,10 +387,13 @@ def main() -> None:
     ap.add_argument("--profiles", default="short,mixed")
     ap.add_argument("--quick", action="store_true", help="a fifth of the records, no HF baseline")
     ap.add_argument("--no-hf", action="store_true")
+    ap.add_argument("--no-decode-micro", action="store_true", help="skip the decode-step microbenchmark")
     ap.add_argument("--worker-shapes", default="smollm2,qwen7b",
                     help="shapes that also run with telesum worker's configuration (its probe included)")
     ap.add_argument("--shape-profiles", default="", help="e.g. qwen7b:short to limit one shape's profiles")
     ap.add_argument("--profile-host", action="store_true", help="cProfile the consumer thread of one run")
+    ap.add_argument("--only", default="", help="comma-separated run keys to run (e.g. "
+                                                "smollm2_short_production_prefix_on); default: all")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.chart_from:
@@ -380,7 +404,10 @@ def main() -> None:
                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "new_tokens": NEW_TOKENS,
                  "command": "python bench/gpu_job.py " + " ".join(
                      f"--{k.replace('_', '-')} {v}" if not isinstance(v, bool) else f"--{k.replace('_', '-')}"
-                     for k, v in vars(args).items() if v not in (False, None))}
+                     for k, v in vars(args).items() if v not in (False, None, ""))}
+
+    def wanted(key: str) -> bool:
+        return not args.only or key in args.only.split(",")
 
     def save():
         (args.out / "gpu_job.json").write_text(json.dumps(res, indent=2))
@@ -388,33 +415,35 @@ def main() -> None:
 
     for shape in args.shapes.split(","):
         loaded = build_loaded(shape, tokenizer)
-        res[f"{shape}_decode_ms"] = decode_micro(loaded)
-        print(shape, "decode", json.dumps(res[f"{shape}_decode_ms"]), flush=True)
-        save()
+        if not args.no_decode_micro:
+            res[f"{shape}_decode_ms"] = decode_micro(loaded)
+            print(shape, "decode", json.dumps(res[f"{shape}_decode_ms"]), flush=True)
+            save()
         limits = dict(x.split(":") for x in args.shape_profiles.split(",") if x)
         for profile in (limits[shape].split("+") if shape in limits else args.profiles.split(",")):
             n = COUNTS[(shape, profile)] // (5 if args.quick else 1)
             records = records_for(profile, n)
-            for sampling in ("greedy", "production"):
-                key = f"{shape}_{profile}_{sampling}"
-                prof = args.out / f"{key}.prof.txt" if args.profile_host and profile == "short" else None
-                res[key] = summarizer_run(loaded, records, sampling=sampling, worker_config=False, profile_out=prof)
+            # On `short`, production sampling runs with prefix reuse on and off, side by side.
+            runs = [("greedy", True, ""), ("production", True, "_prefix_on" if profile == "short" else "")]
+            runs += [("production", False, "_prefix_off")] if profile == "short" else []
+            for sampling, reuse, suffix in runs:
+                key = f"{shape}_{profile}_{sampling}{suffix}"
+                if not wanted(key):
+                    continue
+                prof = args.out / f"{key}.prof.txt" if args.profile_host and profile == "short" and reuse else None
+                res[key] = summarizer_run(loaded, records, sampling=sampling, worker_config=False, profile_out=prof,
+                                          prefix_cache=reuse)
                 print(key, json.dumps(res[key]), flush=True)
                 save()
-            if profile == "short":  # the same run without prefix reuse, side by side
-                key = f"{shape}_short_production_no_prefix_cache"
-                res[key] = summarizer_run(loaded, records, sampling="production", worker_config=False,
-                                          prefix_cache=False)
-                print(key, json.dumps(res[key]), flush=True)
-                save()
-            if profile == "short" and shape in args.worker_shapes.split(","):
+            if profile == "short" and shape in args.worker_shapes.split(",") and wanted(
+                    f"{shape}_short_production_worker"):
                 try:
                     res[f"{shape}_short_production_worker"] = summarizer_run(
                         loaded, records, sampling="production", worker_config=True)
                 except Exception as exc:  # report, do not hide
                     res[f"{shape}_short_production_worker"] = {"error": repr(exc)[:300]}
                 print(f"{shape}_short_production_worker", json.dumps(res[f"{shape}_short_production_worker"]), flush=True)
-            if profile == "short":
+            if profile == "short" and wanted(f"{shape}_short_engine_only_greedy"):
                 prompts = prompts_for(loaded, records)
                 res[f"{shape}_prefix_logits_check"] = prefix_logits_check(loaded, prompts[:64])
                 print(f"{shape}_prefix_logits_check", json.dumps(res[f"{shape}_prefix_logits_check"]), flush=True)
