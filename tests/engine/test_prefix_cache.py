@@ -282,3 +282,25 @@ def test_prefix_hit_leading_run_stops_at_the_first_gap():
     assert hit.rows == [range(0, 2), range(4, 6)] and hit.leading_run() == (0, 2)
     cache.release(hit)
     assert PrefixCache(block_size=2, num_blocks=1, first_row=0).match([1, 2]).leading_run() == (0, 0)
+
+
+def test_prefix_cache_claim_makes_a_second_prompt_wait_until_the_first_is_released():
+    from worker.engine.prefix_cache import Claim
+
+    cache = PrefixCache(block_size=2, num_blocks=8, first_row=0)
+    first = cache.match([1, 1, 2, 2, 3], waiter="a")
+    assert first.num_tokens == 0
+    waiting = cache.match([1, 1, 2, 2, 4], waiter="b")  # needs block (1, 1), being prefilled by "a"
+    assert isinstance(waiting, Claim) and waiting.waiters == ["b"]
+    cache.match([1, 1, 5], waiter="c")
+    cache.forget_waiter(waiting, "c")
+    other = cache.match([7, 7, 1], waiter="d")  # another head: its own claim, no wait
+    assert not isinstance(other, Claim)
+    assert cache.num_lookups == 2  # a wait is not a lookup (yet)
+    cache.insert([1, 1, 2, 2, 3], first)
+    assert cache.release(first) == ["b"]
+    hit = cache.match([1, 1, 2, 2, 4], waiter="b")
+    assert hit.num_tokens == 4 and cache.num_lookups == 3
+    assert cache.release(other) == [] and cache.release(hit) == []
+    assert cache.match([1, 1, 9, 9, 9], waiter="e", claim=False).num_tokens == 2  # block 2 unclaimed
+    assert not isinstance(cache.match([1, 1, 9, 9, 8], waiter="f"), Claim)

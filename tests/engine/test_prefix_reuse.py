@@ -118,3 +118,58 @@ def test_prefix_reuse_decoding_sequence_keeps_its_shared_head_pinned_until_it_fi
     run_until_done(engine, [seq])
     assert seq.output == reference_greedy(tiny_model, head + [9, 10, 11], 6)
     assert cache.num_pinned_blocks == 0 and seq.shared_head == (0, 0)
+
+
+def _burst(heads: int, per_head: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    tops = [[rng.randrange(3, 256) for _ in range(40)] for _ in range(heads)]
+    return _prompts_with_heads(heads * per_head, tops, seed=seed + 1)
+
+
+def test_prefix_reuse_burst_prefills_each_head_once(tiny_model):
+    """All prompts added before any prefill: one per head prefills it, the others wait and reuse it."""
+    prompts = _burst(2, 6, seed=8)
+    off = _run(make_engine(tiny_model, token_budget=256), prompts)
+    engine = make_engine(tiny_model, token_budget=256, prefix_blocks=64)
+    on = _run(engine, prompts)
+    assert [s.output for s in on] == [s.output for s in off]
+    assert sorted(s.prefix_len for s in on) == [0, 0] + [40] * 10  # the two first of their head prefill it
+    stats = engine.prefix.stats()
+    assert stats["lookups"] == 12 and stats["hit_tokens"] == 400
+    assert engine.prefix.cache.num_pinned_blocks == 0 and engine.scheduler.slabs.num_used_rows == 0
+
+
+def test_prefix_reuse_waiters_of_a_failed_prompt_are_matched_again_and_finish(tiny_model):
+    prompts = _burst(1, 5, seed=9)
+    engine = make_engine(tiny_model, token_budget=256, prefix_blocks=64)
+    original, calls = engine.runner.prefill_bin, []
+
+    def fail_first(*args):
+        calls.append(len(calls))
+        if len(calls) == 1:
+            raise RuntimeError("the first bin fails")
+        return original(*args)
+
+    engine.runner.prefill_bin = fail_first
+    seqs = [engine.add(p, SamplingParams(max_new_tokens=6)) for p in prompts]
+    run_until_done(engine, seqs)
+    failed = [s for s in seqs if s.error is not None]
+    assert len(failed) == 1 and "first bin" in str(failed[0].error)  # only the claimer was in that bin
+    done = [s for s in seqs if s.error is None]
+    assert sorted(s.prefix_len for s in done) == [0, 40, 40, 40]  # a waiter claimed the head next
+    assert [s.output for s in done] == [reference_greedy(tiny_model, s.prompt, 6) for s in done]
+    assert engine.prefix.cache.num_pinned_blocks == 0 and engine.num_unfinished == 0
+
+
+def test_prefix_reuse_close_intake_with_parked_prompts_still_finishes_them_all(tiny_model):
+    prompts = _burst(2, 4, seed=10)
+    engine = make_engine(tiny_model, token_budget=256, prefix_blocks=64)
+    seqs = [engine.add(p, SamplingParams(max_new_tokens=4)) for p in prompts]
+    assert sum(s.parked for s in seqs) == 6
+    engine.close_intake()  # the dispatcher closes only once the parked prompts are queued
+    steps = 0
+    while engine.step():
+        steps += 1
+        assert steps < 1000
+    assert all(s.error is None and len(s.output) == 4 for s in seqs)
+    assert [s.output for s in seqs] == [reference_greedy(tiny_model, p, 4) for p in prompts]

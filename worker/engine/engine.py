@@ -1,12 +1,15 @@
 """The engine step: take work, schedule, run, sample, post-process. Driven by one thread (the GPU loop).
 
 Sequences reach the engine through `add` (any thread): prompts that fit one bin go to the
-dispatcher, longer ones to the long-input lane (chunked prefill). Finished or failed sequences
+dispatcher, longer ones to the long-input lane (chunked prefill). With prefix reuse, a prompt whose
+head another prompt is prefilling right now is parked until that head is cached, then queued by
+the engine thread. Finished or failed sequences
 come out of `finished`. An exception while running a step fails only that step's sequences.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import queue
@@ -17,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from worker.dispatch import DispatcherClosed, SequenceTooLong
+from worker.dispatch import Backpressure, DispatcherClosed, SequenceTooLong
 from worker.engine.errors import ContextTooLong, EngineClosed, OutOfMemory
 from worker.engine.kv_arena import SlabAllocator
 from worker.engine.prefix_reuse import PrefixReuse
@@ -79,16 +82,22 @@ class Engine:
         self.runner = runner
         self.dispatcher = dispatcher
         self.prefix = prefix_reuse
+        if prefix_reuse is not None and prefix_reuse.max_claim_tokens is None:
+            prefix_reuse.max_claim_tokens = dispatcher.token_budget  # the long lane makes nobody wait
         self.max_context = max_context
         self.scheduler = Scheduler(slabs, eos_ids=eos_ids, detokenize=detokenize,
                                    chunk_tokens=chunk_tokens or dispatcher.token_budget)
         self.generator = torch.Generator(device=runner.device).manual_seed(seed)
         self.outputs = OutputTape(slabs.capacity, runner.device)  # repetition-penalty histories
         self.finished: queue.SimpleQueue[Sequence] = queue.SimpleQueue()
-        self._lock = threading.Lock()  # protects _seqs, _ids and _closed
+        self._lock = threading.Lock()  # protects _seqs, _ids, _closed, _num_parked, _dispatcher_closing
         self._seqs: dict[int, Sequence] = {}
         self._ids = itertools.count()
         self._closed = False
+        self._num_parked = 0  # sequences waiting on another prompt's head, or woken and not yet queued
+        self._dispatcher_closing = False  # close() sent to the dispatcher (deferred while any are parked)
+        self._woken_in: queue.SimpleQueue[Sequence] = queue.SimpleQueue()  # parked ones whose head is cached
+        self._woken: collections.deque[Sequence] = collections.deque()  # engine thread: to queue, in order
         self._long_inbox: queue.SimpleQueue[Sequence] = queue.SimpleQueue()
         self._dispatcher_drained = False
         self._stop = threading.Event()
@@ -109,29 +118,45 @@ class Engine:
                 raise DispatcherClosed("the engine is closed")
             seq = Sequence(next(self._ids), tokens.tolist(), params)
             self._seqs[seq.seq_id] = seq
-        if self.prefix is not None:  # a cached head is copied in at admission; the bin holds the rest
-            self.prefix.match(seq)
-        rest = tokens[seq.prefix_len:]
-        if len(rest) > self.dispatcher.token_budget:
-            self._long_inbox.put(seq)
-            return seq
+            # A cached head is copied in at admission and the bin holds the rest. Matched under the
+            # lock so that close_intake sees every parked sequence.
+            if self.prefix is not None and not self.prefix.match(seq):
+                seq.parked = True
+                self._num_parked += 1
+                return seq
         try:
-            self.dispatcher.submit(seq.seq_id, rest, params.max_new_tokens)
-        except SequenceTooLong:  # alignment pads can push a prompt at the budget over it
-            self._long_inbox.put(seq)
+            self._queue(seq)
         except BaseException:
             with self._lock:
                 del self._seqs[seq.seq_id]
             if self.prefix is not None:
-                self.prefix.release(seq)
+                self._wake(self.prefix.release(seq))
             raise
         return seq
+
+    def _queue(self, seq: Sequence) -> None:
+        """The prompt's rest (after any cached head) to the dispatcher, or to the long lane."""
+        rest = np.asarray(seq.prompt[seq.prefix_len:], dtype=np.int32)
+        if len(rest) > self.dispatcher.token_budget:
+            self._long_inbox.put(seq)
+            return
+        try:
+            self.dispatcher.submit(seq.seq_id, rest, seq.params.max_new_tokens)
+        except SequenceTooLong:  # alignment pads can push a prompt at the budget over it
+            self._long_inbox.put(seq)
+
+    def _wake(self, seqs: list[Sequence]) -> None:
+        for seq in seqs:
+            self._woken_in.put(seq)
 
     def close_intake(self) -> None:
         """Refuse new prompts; everything already added still finishes. Thread-safe."""
         with self._lock:
             self._closed = True
-        self.dispatcher.close()
+            close_now = self._num_parked == 0  # else the engine thread closes it once they are queued
+            self._dispatcher_closing |= close_now
+        if close_now:
+            self.dispatcher.close()
 
     def stop(self) -> None:
         """Ask `run` to return after the current step, failing unfinished work. Thread-safe."""
@@ -164,6 +189,8 @@ class Engine:
         return True
 
     def _take_work(self) -> None:
+        if self.prefix is not None:
+            self._queue_woken()
         while not self._long_inbox.empty():
             self.scheduler.add_long(self._long_inbox.get())
         if self.scheduler.is_holding_bin or self._dispatcher_drained:
@@ -189,6 +216,35 @@ class Engine:
         work.device_bin = self.dispatcher.to_device(packed, self.runner.device)
         self.scheduler.add_bin(work, seqs)
 
+    def _queue_woken(self) -> None:
+        """Queue parked sequences whose heads are now cached, in the order they woke; the rest wait
+        for room in the dispatcher. Closes the dispatcher after the last one once intake is closed."""
+        while not self._woken_in.empty():
+            self._woken.append(self._woken_in.get())
+        while self._woken:
+            seq = self._woken[0]
+            if seq.parked:  # not failed or stopped meanwhile
+                try:
+                    self._queue(seq)
+                except Backpressure:
+                    break
+                except Exception as exc:  # noqa: BLE001 - this sequence's failure, reported as its result
+                    self.scheduler.fail([seq], exc)
+                    self._emit([seq])
+            self._woken.popleft()
+            self._unpark(seq)
+        with self._lock:
+            close = self._closed and self._num_parked == 0 and not self._dispatcher_closing
+            self._dispatcher_closing |= close
+        if close:
+            self.dispatcher.close()
+
+    def _unpark(self, seq: Sequence) -> None:
+        with self._lock:
+            if seq.parked:
+                seq.parked = False
+                self._num_parked -= 1
+
     def _execute(self, plan: Plan) -> None:
         if isinstance(plan, Fail):
             self.scheduler.fail(plan.seqs, plan.error)
@@ -213,7 +269,7 @@ class Engine:
         self._decode_ooms = 0
         if self.prefix is not None and (isinstance(plan, PrefillBin) or (isinstance(plan, PrefillChunk)
                                                                          and plan.is_last)):
-            self.prefix.remember(seqs)  # before postprocess may finish a sequence and free its slab
+            self._wake(self.prefix.remember(seqs))  # before postprocess may finish a sequence and free its slab
         self._emit(self.scheduler.postprocess(plan, tokens))
 
     def _after_out_of_memory(self, plan: Plan, seqs: list[Sequence], exc: BaseException) -> None:
@@ -270,9 +326,10 @@ class Engine:
         return tokens.cpu().numpy()  # the step's one host sync
 
     def _emit(self, seqs: list[Sequence]) -> None:
-        if self.prefix is not None:  # a sequence that failed before its prompt was cached unpins its head
+        if self.prefix is not None:  # unpin heads, end waits; who waited on a failed prompt is matched again
             for seq in seqs:
-                self.prefix.release(seq)
+                self._wake(self.prefix.release(seq))
+                self._unpark(seq)
         with self._lock:
             for seq in seqs:
                 self._seqs.pop(seq.seq_id, None)

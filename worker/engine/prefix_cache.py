@@ -9,6 +9,11 @@ parent block, and a lookup checks both, so a hash collision is only ever a miss,
 Pins: `match` pins the blocks it returns and `insert` pins the blocks it adds, both in one
 `PrefixHit` handle; `release` unpins them. A pinned block is never evicted.
 
+Claims: a prompt whose head is only partly cached can claim its first missing block while it is
+prefilled (`match(..., waiter=...)`); a later prompt that needs that same block then waits for it
+instead of prefilling the same head again (a burst of records of one kind prefills its head once).
+Releasing the claimer's handle ends the claim and hands back its waiters, to be matched again.
+
 Eviction is LRU over unpinned blocks, ordered by when they were last unpinned, and only ever takes a
 leaf, so no cached block is left unreachable. This holds without searching for leaves: every handle
 pins a whole path from the root, so a pinned block's ancestors are pinned too, and `release` unpins
@@ -45,6 +50,14 @@ class _Block:
 
 
 @dataclass(eq=False)
+class Claim:
+    """A block being prefilled by one prompt (`key`), and the waiters that need it."""
+
+    key: int
+    waiters: list = field(default_factory=list)
+
+
+@dataclass(eq=False)
 class PrefixHit:
     """The cached head of one prompt and the handle pinning it (and whatever `insert` adds).
 
@@ -58,6 +71,7 @@ class PrefixHit:
     rows: list[range]
     _pinned: list[_Block] = field(default_factory=list, repr=False)
     _released: bool = field(default=False, repr=False)
+    _claim: Claim | None = field(default=None, repr=False)
 
     def leading_run(self) -> tuple[int, int]:
         """(first tape row, tokens) of the leading blocks that lie in consecutive rows; (0, 0) for none."""
@@ -85,6 +99,7 @@ class PrefixCache:
         self._table: dict[int, _Block] = {}  # key -> block, every cached block
         self._free_slots = list(range(num_blocks - 1, -1, -1))  # unused block numbers; pops 0 first
         self._lru: OrderedDict[int, _Block] = OrderedDict()  # unpinned cached blocks, oldest first
+        self._claims: dict[int, Claim] = {}  # key of a block being prefilled -> its claim
         self.num_lookups = 0
         self.num_lookup_tokens = 0
         self.num_hits = 0  # lookups that found at least one block
@@ -110,22 +125,36 @@ class PrefixCache:
         """Share of the cache's blocks holding K/V (0 for an empty-sized cache)."""
         return len(self._table) / self.num_blocks if self.num_blocks else 0.0
 
-    def match(self, tokens: Sequence[int], *, max_tokens: int | None = None) -> PrefixHit:
+    def match(self, tokens: Sequence[int], *, max_tokens: int | None = None, waiter: object = None,
+              claim: bool = True) -> PrefixHit | Claim:
         """Pin and return the longest cached prefix of `tokens` (token ids as Python ints) in whole
         blocks, of at most `max_tokens` and never all of `tokens` (the last token must be prefilled
-        for its logits)."""
+        for its logits).
+
+        With a `waiter`: when the first block missing is claimed by another prompt, queue the waiter
+        on that claim and return the claim (nothing pinned, nothing counted); else, with `claim`, the
+        hit claims that block until it is released."""
         limit = len(tokens) - 1 if max_tokens is None else min(len(tokens) - 1, max_tokens)
         bs = self.block_size
         path: list[_Block] = []
-        key, parent = ROOT_KEY, None
+        key, parent, missing = ROOT_KEY, None, None
         for i in range(max(limit, 0) // bs):
             chunk = tuple(tokens[i * bs:(i + 1) * bs])
             key = block_hash(key, chunk)
             block = self._table.get(key)
             if block is None or block.parent is not parent or block.tokens != chunk:
+                missing = key if block is None else None
                 break
             path.append(block)
             parent = block
+        owned = None
+        if waiter is not None and missing is not None:
+            owned = self._claims.get(missing)
+            if owned is not None:
+                owned.waiters.append(waiter)
+                return owned
+            if claim:
+                owned = self._claims[missing] = Claim(missing)
         for block in path:
             self._pin(block)
         num_tokens = len(path) * bs
@@ -134,7 +163,11 @@ class PrefixCache:
         self.num_hits += bool(path)
         self.num_hit_tokens += num_tokens
         return PrefixHit(num_tokens, tuple(b.index for b in path), [self._rows(b) for b in path],
-                         list(path))
+                         list(path), _claim=owned)
+
+    def forget_waiter(self, claim: Claim, waiter: object) -> None:
+        """Take a waiter that no longer waits (it failed or left) off its claim."""
+        claim.waiters = [w for w in claim.waiters if w is not waiter]
 
     def insert(self, tokens: Sequence[int], hit: PrefixHit) -> list[tuple[int, int]]:
         """Cache the whole blocks of `tokens` beyond those `hit` already pins, once their K/V is on the
@@ -174,16 +207,23 @@ class PrefixCache:
             parent = block
         return copies
 
-    def release(self, hit: PrefixHit, *, keep: int = 0) -> None:
+    def release(self, hit: PrefixHit, *, keep: int = 0) -> list:
         """Unpin what `hit` pins beyond its first `keep` blocks (deepest first: they become evictable
-        in that order); with keep=0 the handle is done. The kept blocks are still a path from the root."""
+        in that order); with keep=0 the handle is done. The kept blocks are still a path from the root.
+        Ends the hit's claim: returns its waiters, who should `match` again."""
         self._check_live(hit)
         hit._released = keep == 0
+        waiters, claim, hit._claim = [], hit._claim, None
+        if claim is not None:
+            if self._claims.get(claim.key) is claim:
+                del self._claims[claim.key]
+            waiters = claim.waiters
         for block in reversed(hit._pinned[keep:]):
             block.ref_count -= 1
             if block.ref_count == 0:
                 self._lru[block.index] = block
         del hit._pinned[keep:]
+        return waiters
 
     def _rows(self, block: _Block) -> range:
         start = self.first_row + block.index * self.block_size

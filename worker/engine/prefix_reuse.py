@@ -6,7 +6,10 @@ Every prompt starts with a system prompt and a worked example of its record kind
 region at the end of the KV tape; this module is its one user:
 
 - `match` (any thread, at `Engine.add`): the longest cached head of a prompt, pinned, so only the
-  rest goes to the dispatcher and into a bin;
+  rest goes to the dispatcher and into a bin; or, when the next block of that head is being
+  prefilled by another prompt right now, "wait": the sequence is parked until that prompt's blocks
+  are cached, then matched again (`remember`/`release` return it), so a burst of records of one
+  kind prefills the kind's head once, not once per record in the first bins;
 - `copy_in` (engine thread, at admission): the pinned rows copied into the sequence's new slab;
 - `remember` (engine thread, after the prompt's prefill): the prompt's new full blocks copied from
   the slab into the cache; the handle keeps only the head that decode reads (`Sequence.shared_head`)
@@ -23,7 +26,7 @@ import threading
 import numpy as np
 import torch
 
-from worker.engine.prefix_cache import PrefixCache, PrefixHit
+from worker.engine.prefix_cache import Claim, PrefixCache
 from worker.engine.sequence import Sequence
 from worker.model.kv_cache import KVCache
 
@@ -35,29 +38,57 @@ BLOCK_SIZE = 32
 class PrefixReuse:
     """The prefix cache over rows [first_row, first_row + num_blocks * block_size) of one KV tape."""
 
-    def __init__(self, kv: KVCache, *, first_row: int, num_blocks: int, block_size: int = BLOCK_SIZE) -> None:
+    def __init__(self, kv: KVCache, *, first_row: int, num_blocks: int, block_size: int = BLOCK_SIZE,
+                 max_claim_tokens: int | None = None) -> None:
+        """max_claim_tokens: prompts longer than this (the engine's long lane, prefilled in chunks over
+        many steps) never make others wait for their blocks; None = any prompt may."""
         if first_row + num_blocks * block_size > kv.capacity_rows:
             raise ValueError(f"a prefix region of {num_blocks} x {block_size} rows from row {first_row} "
                              f"does not fit a tape of {kv.capacity_rows} rows")
         self.kv = kv
         self.cache = PrefixCache(block_size=block_size, num_blocks=num_blocks, first_row=first_row)
+        self.max_claim_tokens = max_claim_tokens
         self._lock = threading.Lock()  # protects cache
 
     # -- any thread -------------------------------------------------------------------------
-    def match(self, seq: Sequence) -> None:
-        """Give `seq` the cached head of its prompt (never all of it), pinned until `release`."""
+    def match(self, seq: Sequence) -> bool:
+        """Give `seq` the cached head of its prompt (never all of it), pinned until `release`: True.
+        False: it waits for another prompt's prefill of its next block (`seq.prefix_wait`) and comes
+        back from that prompt's `remember` or `release`."""
         with self._lock:
-            hit = self.cache.match(seq.prompt)
-        seq.prefix_hit, seq.prefix_len = hit, hit.num_tokens
-        seq.shared_head = hit.leading_run()
+            return self._match_locked(seq)
 
-    def release(self, seq: Sequence) -> None:
-        """Unpin a sequence's head (it finished, failed or left). Idempotent."""
+    def release(self, seq: Sequence) -> list[Sequence]:
+        """Unpin a sequence's head, or stop its wait (it finished, failed or left). Idempotent.
+        Returns the sequences that waited for its blocks and now have their heads (to be queued)."""
         hit, seq.prefix_hit = seq.prefix_hit, None
         seq.shared_head = (0, 0)
-        if hit is not None:
-            with self._lock:
-                self.cache.release(hit)
+        claim, seq.prefix_wait = seq.prefix_wait, None
+        if hit is None and claim is None:
+            return []
+        with self._lock:
+            if claim is not None:
+                self.cache.forget_waiter(claim, seq)
+            return self._rematch(self.cache.release(hit)) if hit is not None else []
+
+    def _match_locked(self, seq: Sequence) -> bool:
+        claim = self.max_claim_tokens is None or seq.prompt_len <= self.max_claim_tokens
+        hit = self.cache.match(seq.prompt, waiter=seq, claim=claim)
+        if isinstance(hit, Claim):
+            seq.prefix_wait = hit
+            return False
+        seq.prefix_hit, seq.prefix_len = hit, hit.num_tokens
+        seq.shared_head = hit.leading_run()
+        return True
+
+    def _rematch(self, waiters: list[Sequence]) -> list[Sequence]:
+        """Match the waiters of an ended claim again: those with their heads now, to be queued."""
+        ready = []
+        for seq in waiters:
+            seq.prefix_wait = None
+            if self._match_locked(seq):
+                ready.append(seq)
+        return ready
 
     def stats(self) -> dict[str, float]:
         """Counters: lookups, lookup/hit tokens, share of prompt tokens served, occupancy, evictions."""
@@ -79,8 +110,9 @@ class PrefixReuse:
                 dst.extend(range(seq.slab_start, seq.slab_start + seq.prefix_len, size))
         self._copy_blocks(src, dst)
 
-    def remember(self, seqs: list[Sequence]) -> None:
-        """After their prompts were prefilled: cache each prompt's new full blocks, release the heads."""
+    def remember(self, seqs: list[Sequence]) -> list[Sequence]:
+        """After their prompts were prefilled: cache each prompt's new full blocks, keep only the heads
+        decode reads pinned. Returns the sequences that waited for these blocks and now have them."""
         src, dst = [], []
         with self._lock:
             for seq in seqs:
@@ -91,14 +123,16 @@ class PrefixReuse:
                     src.append(seq.slab_start + offset)
                     dst.append(cache_row)
         self._copy_blocks(src, dst)  # queued before anything can reuse the rows: the release below is safe
+        waiters = []
         with self._lock:
             for seq in seqs:
                 hit = seq.prefix_hit
                 if hit is not None:
                     keep = seq.shared_head[1] // self.cache.block_size
-                    self.cache.release(hit, keep=keep)
+                    waiters += self.cache.release(hit, keep=keep)
                     if not keep:
                         seq.prefix_hit = None
+            return self._rematch(waiters)  # before any insert can evict what the waiters need
 
     @torch.inference_mode()
     def _copy_blocks(self, src: list[int], dst: list[int]) -> None:

@@ -61,6 +61,8 @@ class Sequence:
     # (first tape row, rows): a pinned copy of the slab's first rows that decode reads instead (the
     # cached head's leading blocks that lie in consecutive rows); (0, 0) = none.
     shared_head: tuple[int, int] = (0, 0)
+    prefix_wait: object | None = None  # the prefix cache's Claim this sequence waits on (parked), if any
+    parked: bool = False          # waiting on a claim, or woken and not yet queued (Engine)
     submitted_at: float = field(default_factory=time.perf_counter)
     prefill_started_at: float = 0.0
     first_token_at: float = 0.0
