@@ -298,9 +298,9 @@ def test_prefix_cache_claim_makes_a_second_prompt_wait_until_the_first_is_releas
     assert not isinstance(other, Claim)
     assert cache.num_lookups == 2  # a wait is not a lookup (yet)
     cache.insert([1, 1, 2, 2, 3], first)
-    assert cache.release(first) == ["b"]
+    assert cache.release(first).waiters == ["b"]
     hit = cache.match([1, 1, 2, 2, 4], waiter="b")
     assert hit.num_tokens == 4 and cache.num_lookups == 3
-    assert cache.release(other) == [] and cache.release(hit) == []
+    assert cache.release(other).waiters == [] and cache.release(hit) is None
     assert cache.match([1, 1, 9, 9, 9], waiter="e", claim=False).num_tokens == 2  # block 2 unclaimed
     assert not isinstance(cache.match([1, 1, 9, 9, 8], waiter="f"), Claim)

@@ -139,7 +139,7 @@ def test_prefix_reuse_burst_prefills_each_head_once(tiny_model):
     assert engine.prefix.cache.num_pinned_blocks == 0 and engine.scheduler.slabs.num_used_rows == 0
 
 
-def test_prefix_reuse_waiters_of_a_failed_prompt_are_matched_again_and_finish(tiny_model):
+def test_prefix_reuse_waiters_of_a_failed_prompt_go_ahead_and_finish(tiny_model):
     prompts = _burst(1, 5, seed=9)
     engine = make_engine(tiny_model, token_budget=256, prefix_blocks=64)
     original, calls = engine.runner.prefill_bin, []
@@ -156,7 +156,7 @@ def test_prefix_reuse_waiters_of_a_failed_prompt_are_matched_again_and_finish(ti
     failed = [s for s in seqs if s.error is not None]
     assert len(failed) == 1 and "first bin" in str(failed[0].error)  # only the claimer was in that bin
     done = [s for s in seqs if s.error is None]
-    assert sorted(s.prefix_len for s in done) == [0, 40, 40, 40]  # a waiter claimed the head next
+    assert [s.prefix_len for s in done] == [0] * 4  # the head never got cached: they all go ahead at once
     assert [s.output for s in done] == [reference_greedy(tiny_model, s.prompt, 6) for s in done]
     assert engine.prefix.cache.num_pinned_blocks == 0 and engine.num_unfinished == 0
 
@@ -173,3 +173,16 @@ def test_prefix_reuse_close_intake_with_parked_prompts_still_finishes_them_all(t
         assert steps < 1000
     assert all(s.error is None and len(s.output) == 4 for s in seqs)
     assert [s.output for s in seqs] == [reference_greedy(tiny_model, p, 4) for p in prompts]
+
+
+def test_prefix_reuse_head_too_big_for_the_cache_never_serialises_the_burst(tiny_model):
+    """A 40-token head, a 24-token cache: the claimed block past the cache's end is never cached, so
+    its waiters go ahead together instead of claiming it one after another (one bin each)."""
+    prompts = _burst(1, 12, seed=11)
+    engine = make_engine(tiny_model, token_budget=512, prefix_blocks=3)
+    bins, original = [], engine.runner.prefill_bin
+    engine.runner.prefill_bin = lambda b, starts, *a: (bins.append(len(starts)), original(b, starts, *a))[1]
+    seqs = _run(engine, prompts, max_new=4)
+    assert len(bins) <= 3 and sum(bins) == 12
+    assert [s.output for s in seqs] == [reference_greedy(tiny_model, p, 4) for p in prompts]
+    assert engine.prefix.cache.num_pinned_blocks == 0

@@ -119,11 +119,15 @@ class Engine:
             seq = Sequence(next(self._ids), tokens.tolist(), params)
             self._seqs[seq.seq_id] = seq
             # A cached head is copied in at admission and the bin holds the rest. Matched under the
-            # lock so that close_intake sees every parked sequence.
-            if self.prefix is not None and not self.prefix.match(seq):
+            # lock so that close_intake sees every parked sequence; parked before the match, since
+            # another thread may wake it as soon as it waits.
+            if self.prefix is not None:
                 seq.parked = True
                 self._num_parked += 1
-                return seq
+                if not self.prefix.match(seq):
+                    return seq
+                seq.parked = False
+                self._num_parked -= 1
         try:
             self._queue(seq)
         except BaseException:

@@ -207,23 +207,25 @@ class PrefixCache:
             parent = block
         return copies
 
-    def release(self, hit: PrefixHit, *, keep: int = 0) -> list:
+    def release(self, hit: PrefixHit, *, keep: int = 0) -> Claim | None:
         """Unpin what `hit` pins beyond its first `keep` blocks (deepest first: they become evictable
         in that order); with keep=0 the handle is done. The kept blocks are still a path from the root.
-        Ends the hit's claim: returns its waiters, who should `match` again."""
+        Ends the hit's claim and returns it: its waiters should `match` again."""
         self._check_live(hit)
         hit._released = keep == 0
-        waiters, claim, hit._claim = [], hit._claim, None
-        if claim is not None:
-            if self._claims.get(claim.key) is claim:
-                del self._claims[claim.key]
-            waiters = claim.waiters
+        claim, hit._claim = hit._claim, None
+        if claim is not None and self._claims.get(claim.key) is claim:
+            del self._claims[claim.key]
         for block in reversed(hit._pinned[keep:]):
             block.ref_count -= 1
             if block.ref_count == 0:
                 self._lru[block.index] = block
         del hit._pinned[keep:]
-        return waiters
+        return claim
+
+    def holds(self, key: int) -> bool:
+        """Whether the block with this chain key is cached."""
+        return key in self._table
 
     def _rows(self, block: _Block) -> range:
         start = self.first_row + block.index * self.block_size

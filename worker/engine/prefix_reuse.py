@@ -61,18 +61,16 @@ class PrefixReuse:
     def release(self, seq: Sequence) -> list[Sequence]:
         """Unpin a sequence's head, or stop its wait (it finished, failed or left). Idempotent.
         Returns the sequences that waited for its blocks and now have their heads (to be queued)."""
-        hit, seq.prefix_hit = seq.prefix_hit, None
-        seq.shared_head = (0, 0)
-        claim, seq.prefix_wait = seq.prefix_wait, None
-        if hit is None and claim is None:
-            return []
-        with self._lock:
-            if claim is not None:
-                self.cache.forget_waiter(claim, seq)
-            return self._rematch(self.cache.release(hit)) if hit is not None else []
+        with self._lock:  # a concurrent `_rematch` may give this sequence a head meanwhile
+            hit, seq.prefix_hit = seq.prefix_hit, None
+            seq.shared_head = (0, 0)
+            waiting, seq.prefix_wait = seq.prefix_wait, None
+            if waiting is not None:
+                self.cache.forget_waiter(waiting, seq)
+            return self._rematch([self.cache.release(hit)]) if hit is not None else []
 
-    def _match_locked(self, seq: Sequence) -> bool:
-        claim = self.max_claim_tokens is None or seq.prompt_len <= self.max_claim_tokens
+    def _match_locked(self, seq: Sequence, *, may_claim: bool = True) -> bool:
+        claim = may_claim and (self.max_claim_tokens is None or seq.prompt_len <= self.max_claim_tokens)
         hit = self.cache.match(seq.prompt, waiter=seq, claim=claim)
         if isinstance(hit, Claim):
             seq.prefix_wait = hit
@@ -81,13 +79,19 @@ class PrefixReuse:
         seq.shared_head = hit.leading_run()
         return True
 
-    def _rematch(self, waiters: list[Sequence]) -> list[Sequence]:
-        """Match the waiters of an ended claim again: those with their heads now, to be queued."""
+    def _rematch(self, claims: list) -> list[Sequence]:
+        """Match the waiters of ended claims again: those with their heads now, to be queued. When a
+        claimed block did not get cached (the cache was full of pinned blocks, or its prompt failed),
+        its waiters go ahead without claiming it again: else they would prefill it one at a time."""
         ready = []
-        for seq in waiters:
-            seq.prefix_wait = None
-            if self._match_locked(seq):
-                ready.append(seq)
+        for claim in claims:
+            if claim is None:
+                continue
+            cached = self.cache.holds(claim.key)
+            for seq in claim.waiters:
+                seq.prefix_wait = None
+                if self._match_locked(seq, may_claim=cached):
+                    ready.append(seq)
         return ready
 
     def stats(self) -> dict[str, float]:
@@ -123,16 +127,16 @@ class PrefixReuse:
                     src.append(seq.slab_start + offset)
                     dst.append(cache_row)
         self._copy_blocks(src, dst)  # queued before anything can reuse the rows: the release below is safe
-        waiters = []
+        claims = []
         with self._lock:
             for seq in seqs:
                 hit = seq.prefix_hit
                 if hit is not None:
                     keep = seq.shared_head[1] // self.cache.block_size
-                    waiters += self.cache.release(hit, keep=keep)
+                    claims.append(self.cache.release(hit, keep=keep))
                     if not keep:
                         seq.prefix_hit = None
-            return self._rematch(waiters)  # before any insert can evict what the waiters need
+            return self._rematch(claims)  # before any insert can evict what the waiters need
 
     @torch.inference_mode()
     def _copy_blocks(self, src: list[int], dst: list[int]) -> None:
