@@ -129,7 +129,7 @@ class Engine:
                 seq.parked = False
                 self._num_parked -= 1
         try:
-            self._queue(seq)
+            self._queue(seq, tokens)
         except BaseException:
             with self._lock:
                 del self._seqs[seq.seq_id]
@@ -138,9 +138,10 @@ class Engine:
             raise
         return seq
 
-    def _queue(self, seq: Sequence) -> None:
-        """The prompt's rest (after any cached head) to the dispatcher, or to the long lane."""
-        rest = np.asarray(seq.prompt[seq.prefix_len:], dtype=np.int32)
+    def _queue(self, seq: Sequence, tokens: np.ndarray | None = None) -> None:
+        """The prompt's rest (after any cached head) to the dispatcher, or to the long lane.
+        tokens: the prompt as int32 already (`add` has it), else converted from `seq.prompt`."""
+        rest = (tokens if tokens is not None else np.asarray(seq.prompt, dtype=np.int32))[seq.prefix_len:]
         if len(rest) > self.dispatcher.token_budget:
             self._long_inbox.put(seq)
             return

@@ -214,7 +214,7 @@ class PrefixCache:
         self._check_live(hit)
         hit._released = keep == 0
         claim, hit._claim = hit._claim, None
-        if claim is not None and self._claims.get(claim.key) is claim:
+        if claim is not None:  # only its own hit ever ends a claim
             del self._claims[claim.key]
         for block in reversed(hit._pinned[keep:]):
             block.ref_count -= 1
