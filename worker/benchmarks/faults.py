@@ -33,6 +33,7 @@ import msgspec
 import numpy as np
 
 from worker.messages import TelemetryRecord
+from worker.settings.environment import FAULTS_KAFKA_PORT
 
 
 def hostile_values() -> list[tuple[bytes, list[tuple[str, bytes]]]]:
@@ -307,7 +308,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--huge-mb", type=float, default=5.0, help="body size of the huge record (default 5 MB)")
     parser.add_argument("--kills", type=int, default=10, help="SIGKILLs of the worker (default 10)")
     parser.add_argument("--guarantee", choices=("exactly-once", "at-least-once", "both"), default="both")
-    parser.add_argument("--broker-port", type=int, default=int(os.environ.get("TELESUM_FAULTS_KAFKA_PORT", "19193")),
+    parser.add_argument("--broker-port", type=int, default=int(os.environ.get(FAULTS_KAFKA_PORT, "19193")),
                         help="port of the broker the harness starts and restarts (default 19193)")
     parser.add_argument("--compare-huge", action="store_true",
                         help="also run without faults: each guarantee's records/s, and the short records' "

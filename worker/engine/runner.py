@@ -14,8 +14,7 @@ import torch
 from worker.engine.decode_graphs import DecodeGraphs
 from worker.model.attention import AttentionMetadata
 from worker.model.kv_cache import KVCache
-
-GRAPHS_ENV = "TELESUM_DECODE_GRAPHS"
+from worker.settings.environment import DECODE_GRAPHS as GRAPHS_ENV
 
 
 class ModelRunner:

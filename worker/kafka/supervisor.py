@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from worker.settings.environment import SUPERVISOR_PID as SUPERVISOR_PID_ENV
 from worker.settings.fields import SettingsError
 from worker.settings.load import CONFIG_ENV, environment_names, to_environment
 from worker.settings.sections import Settings
@@ -35,8 +36,6 @@ _WATCH_INTERVAL_S = 0.2
 # A child's last output lines are relayed before the verdict; a grandchild holding the pipe open
 # must not hold the supervisor past this.
 _RELAY_JOIN_S = 2.0
-# Set in a child's environment: the supervisor's pid, so the child can follow it out (PDEATHSIG).
-SUPERVISOR_PID_ENV = "TELESUM_SUPERVISOR_PID"
 _GPUS = "--gpus (TELESUM_GPUS)"
 
 

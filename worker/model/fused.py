@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-log = logging.getLogger(__name__)
+from worker.settings.environment import COMPILE as COMPILE_ENV
 
-COMPILE_ENV = "TELESUM_COMPILE"
+log = logging.getLogger(__name__)
 
 
 def rms_norm_eager(x: Tensor, w: Tensor, eps: float) -> Tensor:

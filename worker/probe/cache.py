@@ -19,6 +19,8 @@ import os
 import re
 from pathlib import Path
 
+from worker.settings.environment import CACHE_DIR as CACHE_DIR_ENV
+
 log = logging.getLogger(__name__)
 
 CACHE_VERSION = 1       # bump when what the probe measures or how changes
@@ -28,8 +30,8 @@ _INT_FIELDS = ("bin_tokens", "kv_rows", "max_seqs", "peak_bytes", "bin_limit", "
 
 
 def default_cache_dir() -> Path:
-    if os.environ.get("TELESUM_CACHE_DIR"):
-        return Path(os.environ["TELESUM_CACHE_DIR"]) / "probe"
+    if os.environ.get(CACHE_DIR_ENV):
+        return Path(os.environ[CACHE_DIR_ENV]) / "probe"
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "telesum" / "probe"
 

@@ -20,13 +20,11 @@ from typing import Any
 
 import msgspec
 
+from worker.settings.environment import CONFIG as CONFIG_ENV
+from worker.settings.environment import VARIABLES
 from worker.settings.fields import FieldSpec, SettingsError
 from worker.settings.sections import SECTIONS, Settings, all_fields
 
-CONFIG_ENV = "TELESUM_CONFIG"
-# TELESUM_* variables that are not settings: read by other parts of the project.
-NOT_SETTINGS = frozenset({CONFIG_ENV, "TELESUM_CACHE", "TELESUM_SUPERVISOR_PID", "TELESUM_TEST_KAFKA_PORT",
-                          "TELESUM_COMPILE"})
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 DEFAULT = "default"
 
@@ -130,6 +128,11 @@ def environment_names() -> set[str]:
     return {f.env for f in all_fields()}
 
 
+def accepted_environment_names() -> set[str]:
+    """Every variable `load_settings` accepts: the settings' and those declared in `environment.py`."""
+    return environment_names() | set(VARIABLES)
+
+
 def _from_env(f: FieldSpec, text: str) -> Any:
     if text == "" and f.default is None:
         return None  # `VAR=` (e.g. compose's ${VAR:-}) leaves an optional setting unset
@@ -142,8 +145,8 @@ def _from_env(f: FieldSpec, text: str) -> Any:
 
 
 def _check_environment(env: Mapping[str, str]) -> None:
-    known = environment_names()
-    unknown = sorted(k for k in env if k.startswith("TELESUM_") and k not in known and k not in NOT_SETTINGS)
+    known = accepted_environment_names()
+    unknown = sorted(k for k in env if k.startswith("TELESUM_") and k not in known)
     if unknown:
         hints = [f"{k} (did you mean {m[0]}?)" if (m := difflib.get_close_matches(k, known, 1)) else k
                  for k in unknown]
