@@ -56,7 +56,7 @@ def build_loaded(shape: str, tokenizer):
 
 
 def records_for(profile: str, n: int, seed: int = 11):
-    from worker.telemetry import generate
+    from worker.commands.samples import generate
 
     return [r for r, _ in generate(n, profile, seed=seed)]
 

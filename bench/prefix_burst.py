@@ -24,7 +24,7 @@ from worker.model.llama import LlamaModel
 from worker.model.loader import embedded_model_path
 from worker.model.tokenizer import load_tokenizer
 from worker.summarizer import Summarizer
-from worker.telemetry import generate
+from worker.commands.samples import generate
 
 
 def run(loaded, records, *, token_budget: int, wait: bool) -> dict:

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from worker.kafka.local_broker import kafka_sh
+from worker.benchmarks.local_broker import kafka_sh
 
 
 

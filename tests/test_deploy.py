@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from worker.kafka.supervisor import DRAIN_MARGIN_S
+from worker.commands.supervisor import DRAIN_MARGIN_S
 from worker.metrics import WorkerMetrics
 from worker.settings.load import environment_names, load_settings
 

@@ -7,7 +7,7 @@ import torch
 
 from worker.cli import main
 from worker.probe import Budgets
-from worker.probe.cli import format_table
+from worker.commands.probe import format_table
 
 
 def test_probe_command_on_cpu_exits_2_with_a_reason(caplog):

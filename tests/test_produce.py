@@ -9,11 +9,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from worker import produce
+from worker.commands import produce
 from worker.facts.loglines import parse_line
 from worker.facts.ves import REQUIRED_FAULT_FIELDS, REQUIRED_HEADER_FIELDS
 from worker.messages import decode_record
-from worker.telemetry import count_words, generate
+from worker.commands.samples import count_words, generate
 
 SAMPLE = Path(__file__).resolve().parents[1] / "bench" / "samples" / "telemetry.jsonl"
 
@@ -185,7 +185,7 @@ def test_committed_sample_matches_its_generator_command():
 
 
 def test_generate_real_profile_covers_every_shape_with_ugly_extras():
-    from worker.telemetry import logs_real, ves_real
+    from worker.commands.samples import logs_real, ves_real
 
     items = generate(120, "real", 2)
     shapes = {r.attributes["format"] for r, _ in items}

@@ -21,7 +21,7 @@ from worker.benchmarks.quality import (
 from worker.cli import main
 from worker.messages import Facts, TelemetryRecord
 from worker.prompts import EXAMPLE_VALUES, render_body
-from worker.telemetry import generate
+from worker.commands.samples import generate
 
 
 @pytest.mark.parametrize("summary", [

@@ -8,7 +8,7 @@ import msgspec
 
 from worker.cli import main
 from worker.messages import TelemetryRecord
-from worker.schemas import DEFAULT_DIR, SCHEMA_TYPES, drift
+from worker.commands.schemas import DEFAULT_DIR, SCHEMA_TYPES, drift
 
 
 def test_schemas_committed_files_match_message_types():

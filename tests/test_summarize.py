@@ -95,7 +95,7 @@ def test_summarize_cli_bad_setting_exits_2_before_loading(tmp_path, tiny_loaded,
 
 
 def test_summarize_cli_reports_the_share_served_from_the_prefix_cache(tmp_path, tiny_loaded, caplog):
-    caplog.set_level("INFO", logger="worker.summarize")
+    caplog.set_level("INFO", logger="worker.commands.summarize")
     rc, out, _ = _run(tmp_path, [_line(i) for i in range(6)])
     assert rc == 0 and len(out) == 6
     line = next(r.getMessage() for r in caplog.records if "prefix cache:" in r.getMessage())

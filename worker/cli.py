@@ -13,13 +13,13 @@ import sys
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "summarize": ("worker.summarize", "summarise a JSON Lines file offline (resumable)"),
-    "worker": ("worker.kafka.service", "run the Kafka worker"),
-    "config": ("worker.config_cmd", "print the effective settings and where each came from"),
-    "produce": ("worker.produce", "write sample telemetry to a topic or a file"),
-    "schemas": ("worker.schemas", "export the JSON Schemas of the message types"),
-    "tail": ("worker.tail", "print summaries and dead letters from the output topics"),
-    "probe": ("worker.probe.cli", "measure the GPU's bin, KV arena and sequence budgets for a model"),
+    "summarize": ("worker.commands.summarize", "summarise a JSON Lines file offline (resumable)"),
+    "worker": ("worker.commands.worker", "run the Kafka worker"),
+    "config": ("worker.commands.config", "print the effective settings and where each came from"),
+    "produce": ("worker.commands.produce", "write sample telemetry to a topic or a file"),
+    "schemas": ("worker.commands.schemas", "export the JSON Schemas of the message types"),
+    "tail": ("worker.commands.tail", "print summaries and dead letters from the output topics"),
+    "probe": ("worker.commands.probe", "measure the GPU's bin, KV arena and sequence budgets for a model"),
 }
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "pack": ("worker.benchmarks.pack", "native dispatcher vs a pure-Python FFD"),

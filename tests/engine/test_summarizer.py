@@ -208,7 +208,7 @@ def test_summarizer_prefix_cache_same_summaries_and_serves_shared_heads(loaded):
 
 def test_head_tokenizer_concatenation_equals_tokenising_the_whole_prompt(loaded):
     from worker.preprocess import HeadTokenizer, tokenize_messages
-    from worker.telemetry import generate
+    from worker.commands.samples import generate
 
     heads = HeadTokenizer(loaded.tokenizer)
     records = [r for r, _ in generate(24, "short", seed=3)] + [_record(i) for i in range(3)]

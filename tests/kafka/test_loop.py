@@ -12,13 +12,13 @@ import pytest
 from fakes import GatedSummarizer, run_in_thread, wait_for
 from helpers import answer_ids, consume, produce_records
 from worker.kafka.loop import KafkaWorker
-from worker.kafka.settings import WorkerSettings
+from worker.settings.kafka import KafkaSettings
 
 pytestmark = pytest.mark.kafka
 
 
-def _settings(bootstrap, inp, out, dlq, group, **kw) -> WorkerSettings:
-    return WorkerSettings(bootstrap_servers=bootstrap, input_topic=inp, output_topic=out, dlq_topic=dlq,
+def _settings(bootstrap, inp, out, dlq, group, **kw) -> KafkaSettings:
+    return KafkaSettings(bootstrap_servers=bootstrap, input_topic=inp, output_topic=out, dlq_topic=dlq,
                           group_id=group, session_timeout_ms=6000, heartbeat_interval_ms=500,
                           commit_interval_s=0.1, poll_timeout_ms=50, **kw)
 

@@ -20,9 +20,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from helpers import WorkerProcess, answer_ids, consume, produce_records
-from worker.kafka.settings import SettingsError
+from worker.settings.kafka import SettingsError
 from worker.settings.load import from_values, load_settings
-from worker.kafka.supervisor import Slot, Supervisor, child_environment, describe_exit, parse_gpus
+from worker.commands.supervisor import Slot, Supervisor, child_environment, describe_exit, parse_gpus
 
 # ---- parsing --gpus -------------------------------------------------------------------------
 
@@ -161,7 +161,7 @@ def test_supervisor_child_dies_others_keep_serving_then_exit_nonzero(caplog):
         assert sup.children[0].proc.poll() is None  # the survivor still serves
         sup.forward(signal.SIGTERM)
 
-    with caplog.at_level("INFO", logger="worker.kafka.supervisor"):
+    with caplog.at_level("INFO", logger="worker.commands.supervisor"):
         code = _run_then(sup, kill_then_stop)
     assert code == 1
     assert victim.unexpected and sup.children[0].returncode == 0
@@ -175,7 +175,7 @@ def test_supervisor_child_dies_others_keep_serving_then_exit_nonzero(caplog):
 def test_supervisor_unclean_drain_exit_code_reported_nonzero(monkeypatch, caplog):
     monkeypatch.setenv("FAKE_EXIT_cpu0", "3")
     sup, _ = _fake_supervisor(2)
-    with caplog.at_level("INFO", logger="worker.kafka.supervisor"):
+    with caplog.at_level("INFO", logger="worker.commands.supervisor"):
         assert _run_then(sup, lambda: sup.forward(signal.SIGTERM)) == 1
     assert re.search(r"worker cpu0 \(pid \d+\) failed to drain cleanly: exit code 3", caplog.text)
 
@@ -183,7 +183,7 @@ def test_supervisor_unclean_drain_exit_code_reported_nonzero(monkeypatch, caplog
 def test_supervisor_child_past_drain_deadline_killed_nonzero(monkeypatch, caplog):
     monkeypatch.setenv("FAKE_HANG", "cpu1")
     sup, _ = _fake_supervisor(2, drain_timeout_s=0.2, margin_s=0.3)
-    with caplog.at_level("INFO", logger="worker.kafka.supervisor"):
+    with caplog.at_level("INFO", logger="worker.commands.supervisor"):
         assert _run_then(sup, lambda: sup.forward(signal.SIGTERM)) == 1
     assert sup.children[1].killed_at_deadline and sup.children[1].returncode == -signal.SIGKILL
     assert "worker cpu1" in caplog.text and "killed at the drain deadline" in caplog.text
@@ -196,7 +196,7 @@ time.sleep(120)
 """
 _ORPHAN_CHILD = """
 import signal, sys, time
-from worker.kafka.supervisor import follow_supervisor
+from worker.commands.supervisor import follow_supervisor
 signal.signal(signal.SIGTERM, lambda *a: (print("sigterm", flush=True), sys.exit(0)))
 follow_supervisor()
 print("ready", flush=True)
@@ -220,7 +220,7 @@ def test_follow_supervisor_parent_killed_child_gets_sigterm():
 
 def test_worker_service_bad_gpus_logs_message_exit_2(caplog):
     from worker.cli import build_parser
-    from worker.kafka import service
+    from worker.commands import worker as service
 
     argv = ["worker", "--gpus", "cpu:0"]
     assert service.run(build_parser(argv).parse_args(argv)) == 2

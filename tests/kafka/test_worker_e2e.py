@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from helpers import WorkerProcess, answer_ids, consume, produce, produce_records
-from worker.kafka.local_broker import kafka_sh
+from worker.benchmarks.local_broker import kafka_sh
 from worker.messages import DeadLetter, TelemetryRecord
 
 pytestmark = pytest.mark.kafka

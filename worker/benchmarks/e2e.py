@@ -22,8 +22,8 @@ import uuid
 import msgspec
 
 from worker.benchmarks.e2e_stages import StageTimer, instrument
-from worker.kafka.local_broker import KAFKA_SH, kafka_sh
-from worker.telemetry import PROFILES, iter_generate
+from worker.benchmarks.local_broker import KAFKA_SH, kafka_sh
+from worker.commands.samples import PROFILES, iter_generate
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ def measure(args: argparse.Namespace, bootstrap: str) -> dict:
     from kafka import KafkaConsumer, TopicPartition
 
     from worker.kafka.loop import KafkaWorker
-    from worker.produce import make_producer
+    from worker.commands.produce import make_producer
     from worker.runtime import budgets_for, build_summarizer, load_model
     from worker.settings.load import from_values
 

@@ -172,7 +172,7 @@ def _make_topics(bootstrap: str) -> tuple[str, str, str]:
 
 
 def _inputs(plan: Plan, with_huge: bool) -> list[tuple[bytes, list]]:
-    from worker.telemetry import iter_generate
+    from worker.commands.samples import iter_generate
 
     realistic = [(msgspec.json.encode(r), []) for r, _ in iter_generate(plan.records, "short", plan.seed)]
     values = realistic[: len(realistic) // 4] + hostile_values() + realistic[len(realistic) // 4:]
@@ -325,7 +325,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Start a broker of the harness's own, run the scenarios, print the report; 0 when nothing is
     missing (and, exactly-once, nothing duplicated)."""
-    from worker.kafka.local_broker import kafka_sh
+    from worker.benchmarks.local_broker import kafka_sh
 
     work = Path(tempfile.mkdtemp(prefix="telesum-faults-"))
     state = work / "broker"

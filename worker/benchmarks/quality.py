@@ -1,6 +1,6 @@
 """`telesum bench quality`: do the summaries name the element, the problem and the severity?
 
-Records with known facts come from `worker.telemetry` (seeded): `--n` in all, most from the
+Records with known facts come from `worker.commands.samples` (seeded): `--n` in all, most from the
 `short` profile, `--mixed` of them from `mixed` (half of those ~2,000-word records) and `--real`
 from `real` (host logs in every syslog shape, field-style VES and PM bodies, ugly ones included;
 group `set=real`). Each is summarised end to end by the real `Summarizer` and scored against its
@@ -143,7 +143,7 @@ def aggregate(rows: list[dict]) -> dict[str, dict[str, float]]:
 def corpus(n: int, mixed: int, seed: int, real: int = 0) -> list[tuple[TelemetryRecord, Facts, str]]:
     """(record, truth, length group) for `n - mixed - real` short records, then `mixed` from
     `mixed`, then `real` from `real`."""
-    from worker.telemetry import generate
+    from worker.commands.samples import generate
 
     if not 0 <= mixed <= n or not 0 <= real <= n - mixed:
         raise ValueError(f"--mixed ({mixed}) and --real ({real}) must be >= 0 and add up to at most n ({n})")

@@ -11,7 +11,7 @@ from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.errors import KafkaTimeoutError
 from kafka.structs import MemberState, OffsetAndMetadata
 
-from worker.kafka.settings import WorkerSettings
+from worker.settings.kafka import KafkaSettings
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ class _Listener(ConsumerRebalanceListener):
 class Consumer:
     """One consumer-group member on one topic. Only from the thread that owns it."""
 
-    def __init__(self, settings: WorkerSettings) -> None:
+    def __init__(self, settings: KafkaSettings) -> None:
         self.settings = settings
         self._client: KafkaConsumer | None = None
 
@@ -108,7 +108,7 @@ class Producer:
     """Idempotent producer with acks=all; transactional (settings.transactional_id) when the
     processing guarantee is exactly-once. Thread-safe, but transactions only from one thread."""
 
-    def __init__(self, settings: WorkerSettings) -> None:
+    def __init__(self, settings: KafkaSettings) -> None:
         self.settings = settings
         self._client: KafkaProducer | None = None
 

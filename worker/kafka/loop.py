@@ -30,7 +30,7 @@ from worker.kafka.offsets import OffsetTracker
 from worker.kafka.publish import (AckPublisher, Answers, Request, RequestId, TransactionalPublisher,
                                   ProducerFenced)
 from worker.kafka.records import Output, Source, decode_message
-from worker.kafka.settings import WorkerSettings
+from worker.settings.kafka import KafkaSettings
 from worker.messages import InvalidRecord, ReasonCode, Summary, TelemetryRecord, failure_reason
 
 __all__ = ["KafkaWorker", "ProducerFenced", "RequestId", "WorkerStats"]
@@ -78,7 +78,7 @@ class KafkaWorker:
     """Consumes `settings.input_topic` in a group, answers every record exactly once per delivery
     (a summary or a dead letter) and commits only acknowledged work. `run()` from one thread."""
 
-    def __init__(self, settings: WorkerSettings, summarizer: SummarizerLike, model_name: str,
+    def __init__(self, settings: KafkaSettings, summarizer: SummarizerLike, model_name: str,
                  consumer: Consumer | None = None, producer: Producer | None = None,
                  observer: Callable[[KafkaWorker], None] | None = None) -> None:
         self.settings = settings

@@ -4,5 +4,5 @@
 `kafka`; `http`; `log`); `load.load_settings` builds it from flags > environment > TOML file >
 defaults and remembers where each value came from; `budgets.resolve_budgets` turns the engine's
 "auto" budgets into numbers for the device (or the probe's). Nothing is imported here, so the
-sections can live beside their owners (`worker.kafka.settings`) without an import cycle.
+sections can live beside their owners (`worker.settings.kafka`) without an import cycle.
 """

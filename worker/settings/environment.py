@@ -31,7 +31,7 @@ CACHE_DIR = declare("TELESUM_CACHE_DIR", "worker.probe.cache",
 DECODE_GRAPHS = declare("TELESUM_DECODE_GRAPHS", "worker.engine.runner",
                         "0: decode steps run eagerly instead of replaying captured CUDA graphs")
 COMPILE = declare("TELESUM_COMPILE", "worker.model.fused", "0: the fused elementwise ops run eagerly (no torch.compile)")
-SUPERVISOR_PID = declare("TELESUM_SUPERVISOR_PID", "worker.kafka.supervisor",
+SUPERVISOR_PID = declare("TELESUM_SUPERVISOR_PID", "worker.commands.supervisor",
                          "set by the --gpus supervisor in its children's environment, so they follow it out")
 CACHE = declare("TELESUM_CACHE", "scripts/kafka.sh", "where the local broker's jars and state live "
                                                      "(default ~/.cache/telesum)")

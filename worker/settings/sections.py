@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from worker.kafka.settings import WorkerSettings
+from worker.settings.kafka import KafkaSettings
 from worker.settings.fields import FieldSpec, MaskedRepr, SettingsError, opt, section_fields
 
 _Struct = dict(frozen=True, kw_only=True, forbid_unknown_fields=True)
@@ -84,12 +84,12 @@ class LogSettings(MaskedRepr, msgspec.Struct, **_Struct):
 
 class Settings(msgspec.Struct, **_Struct):
     engine: EngineSettings = msgspec.field(default_factory=EngineSettings)
-    kafka: WorkerSettings = msgspec.field(default_factory=WorkerSettings)
+    kafka: KafkaSettings = msgspec.field(default_factory=KafkaSettings)
     http: HttpSettings = msgspec.field(default_factory=HttpSettings)
     log: LogSettings = msgspec.field(default_factory=LogSettings)
 
 
-SECTIONS: dict[str, type[msgspec.Struct]] = {"engine": EngineSettings, "kafka": WorkerSettings,
+SECTIONS: dict[str, type[msgspec.Struct]] = {"engine": EngineSettings, "kafka": KafkaSettings,
                                              "http": HttpSettings, "log": LogSettings}
 
 

@@ -14,12 +14,12 @@ import msgspec
 
 from worker.settings.fields import MaskedRepr, SettingsError, opt
 
-__all__ = ["SettingsError", "WorkerSettings"]
+__all__ = ["SettingsError", "KafkaSettings"]
 
 Positive = dict(gt=0)
 
 
-class WorkerSettings(MaskedRepr, msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class KafkaSettings(MaskedRepr, msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """What the Kafka worker (`KafkaWorker`, the clients and the supervisor) reads."""
 
     # Kafka topology

@@ -9,9 +9,9 @@ import random
 from collections.abc import Iterator
 
 from worker.messages import Facts, TelemetryRecord
-from worker.telemetry import logs_real, pm, syslog, trace, ves, ves_real
-from worker.telemetry.common import count_words
-from worker.telemetry.profiles import KINDS, PROFILES, pick, word_range
+from worker.commands.samples import logs_real, pm, syslog, trace, ves, ves_real
+from worker.commands.samples.common import count_words
+from worker.commands.samples.profiles import KINDS, PROFILES, pick, word_range
 
 __all__ = ["KINDS", "PROFILES", "REAL_PROFILES", "count_words", "generate", "iter_generate", "word_range"]
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 import msgspec
 
 from worker.messages import Facts, TelemetryRecord
-from worker.telemetry import KINDS, PROFILES, REAL_PROFILES, iter_generate
+from worker.commands.samples import KINDS, PROFILES, REAL_PROFILES, iter_generate
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 
-from worker.kafka import supervisor
+from worker.commands import supervisor
 from worker.metrics import WorkerMetrics, gpu_label
 from worker.ops.health import Health, tcp_reachable
 from worker.ops.logs import configure_logging

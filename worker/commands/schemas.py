@@ -17,7 +17,7 @@ SCHEMA_TYPES: dict[str, type] = {
     "summary.json": Summary,
     "dead_letter.json": DeadLetter,
 }
-DEFAULT_DIR = Path(__file__).resolve().parent.parent / "schemas"
+DEFAULT_DIR = Path(__file__).resolve().parents[2] / "schemas"
 
 
 def render(kind: type) -> str:
