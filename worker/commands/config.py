@@ -12,6 +12,7 @@ import sys
 
 import msgspec
 
+from worker.commands.exit_codes import EXIT_OK, EXIT_SETTINGS
 from worker.settings.fields import SettingsError
 from worker.settings.load import add_arguments as add_setting_arguments
 from worker.settings.load import load_settings
@@ -30,10 +31,10 @@ def run(args: argparse.Namespace) -> int:
         loaded = load_settings(args)
     except SettingsError as exc:
         log.error("%s", exc)
-        return 2
+        return EXIT_SETTINGS
     rows = settings_rows(loaded)
     if args.json:
         sys.stdout.write(msgspec.json.encode(rows).decode() + "\n")
     else:
         sys.stdout.write(format_table(rows) + "\n")
-    return 0
+    return EXIT_OK

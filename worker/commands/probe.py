@@ -7,6 +7,8 @@ import json
 import logging
 from pathlib import Path
 
+from worker.commands.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SETTINGS
+
 log = logging.getLogger(__name__)
 
 
@@ -34,10 +36,10 @@ def run(args: argparse.Namespace) -> int:
     device = torch.device(args.device)
     if device.type != "cuda":
         log.error("telesum probe measures GPU memory: --device must be cuda or cuda:N, not %s", args.device)
-        return 2
+        return EXIT_SETTINGS
     if not torch.cuda.is_available():
         log.error("telesum probe needs a CUDA GPU; torch sees none")
-        return 2
+        return EXIT_SETTINGS
     loaded = load_model(args.model or embedded_model_path(), device=device, backend=args.backend, tokenizer=False)
     try:
         b = probe_budgets(loaded, device, max_new_tokens=args.max_new_tokens,
@@ -45,13 +47,13 @@ def run(args: argparse.Namespace) -> int:
                           refresh=args.refresh, cache_dir=args.cache_dir)
     except ProbeError as exc:
         log.error("%s", exc)
-        return 1
+        return EXIT_FAILED
     if args.json:
         print(json.dumps({"model": loaded.name, "dtype": str(loaded.dtype).removeprefix("torch."), **b.to_dict()},
                          indent=2))
     else:
         print(format_table(b, loaded.name, str(loaded.dtype).removeprefix("torch."), args.max_new_tokens))
-    return 0
+    return EXIT_OK
 
 
 def format_table(b, model: str, dtype: str, max_new_tokens: int) -> str:

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 import msgspec
 
+from worker.commands.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SETTINGS
 from worker.messages import Facts, TelemetryRecord
 from worker.commands.samples import KINDS, PROFILES, REAL_PROFILES, iter_generate
 
@@ -98,9 +99,9 @@ def _to_kafka(pairs: Iterable[tuple[TelemetryRecord, Facts]], args: argparse.Nam
     failed = [f.exception for f in futures if f.failed()]
     if failed:
         log.error("%d of %d records were not acknowledged; first error: %s", len(failed), len(futures), failed[0])
-        return 1
+        return EXIT_FAILED
     log.info("produced %d records to topic %s", len(futures), args.topic)
-    return 0
+    return EXIT_OK
 
 
 def _to_file(pairs: Iterable[tuple[TelemetryRecord, Facts]], args: argparse.Namespace) -> int:
@@ -119,7 +120,7 @@ def _to_file(pairs: Iterable[tuple[TelemetryRecord, Facts]], args: argparse.Name
             out.flush()
     if args.output != "-":
         log.info("wrote %d records to %s", count, args.output)
-    return 0
+    return EXIT_OK
 
 
 def _with_truth(pairs: Iterable[tuple[TelemetryRecord, Facts]], path: str | None):
@@ -138,6 +139,6 @@ def run(args: argparse.Namespace) -> int:
         kinds = _validate(args)
     except ValueError as exc:
         print(f"telesum produce: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_SETTINGS
     pairs = paced(_with_truth(iter_generate(args.count, args.profile, args.seed, kinds), args.truth), args.rate)
     return _to_kafka(pairs, args) if args.topic else _to_file(pairs, args)

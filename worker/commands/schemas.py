@@ -9,6 +9,7 @@ from pathlib import Path
 
 import msgspec
 
+from worker.commands.exit_codes import EXIT_FAILED, EXIT_OK
 from worker.messages import DeadLetter, Summary, TelemetryRecord
 
 # file name -> message type; worker/messages.py is the one source of truth
@@ -52,9 +53,9 @@ def run(args: argparse.Namespace) -> int:
         stale = drift(args.out)
         if stale:
             print(f"schemas out of date in {args.out}: {', '.join(stale)}; run `telesum schemas`", file=sys.stderr)
-            return 1
+            return EXIT_FAILED
         print(f"schemas in {args.out} match the message types")
-        return 0
+        return EXIT_OK
     for path in write(args.out):
         print(path)
-    return 0
+    return EXIT_OK

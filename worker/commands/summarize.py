@@ -16,10 +16,10 @@ from pathlib import Path
 
 import msgspec
 
+from worker.commands.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SETTINGS
+from worker.commands.startup import StartupError, read_settings, start_summarizer
 from worker.messages import InvalidRecord, ReasonCode, TelemetryRecord, decode_record, failure_reason
-from worker.settings.fields import SettingsError
 from worker.settings.load import add_arguments as add_setting_arguments
-from worker.settings.load import load_settings
 
 log = logging.getLogger(__name__)
 
@@ -106,32 +106,25 @@ def count_lines(path: Path) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _summarize(args)
+    except StartupError as exc:  # an operator's mistake: the message, not a traceback
+        log.error("%s", exc)
+        return exc.exit_code
+
+
+def _summarize(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from worker.ops.logs import configure_logging
-    from worker.runtime import banner, budgets_for, build_summarizer, load_model
-
-    try:
-        loaded_settings = load_settings(args, sections=SECTIONS)
-    except SettingsError as exc:
-        log.error("%s", exc)
-        return 2
-    engine = loaded_settings.settings.engine
-    configure_logging(loaded_settings.settings.log)
+    loaded_settings = read_settings(args, SECTIONS)
     if not args.input.is_file():
         log.error("input %s does not exist", args.input)
-        return 2
+        return EXIT_SETTINGS
     rejects_path = args.rejects or args.output.with_name(args.output.name + ".rejects.jsonl")
     done = read_done(args.output)
     rejected_before = read_rejected_lines(rejects_path)
-    try:
-        loaded = load_model(engine)
-    except (FileNotFoundError, ValueError) as exc:  # a wrong --model: say so, no traceback
-        log.error("engine.model (--model, TELESUM_MODEL) %r: %s", engine.model, exc)
-        return 2
-    budgets = budgets_for(loaded_settings, loaded)
-    summarizer = build_summarizer(engine, budgets, loaded)
-    banner("summarize", loaded, budgets, summarizer, input=str(args.input), output=str(args.output))
+    summarizer = start_summarizer(loaded_settings, "summarize", input=str(args.input),
+                                  output=str(args.output)).summarizer
     total = count_lines(args.input)
     counts = {"summarised": 0, "rejected": 0}
     line_numbers: collections.deque[int] = collections.deque()  # of records in flight, input order
@@ -171,4 +164,4 @@ def run(args: argparse.Namespace) -> int:
         p = summarizer.prefix.stats()
         log.info("prefix cache: %.1f %% of prompt tokens served from it (%d of %d), %d evictions",
                  100 * p["hit_token_share"], p["hit_tokens"], p["lookup_tokens"], p["evictions"])
-    return 1 if counts["rejected"] else 0
+    return EXIT_FAILED if counts["rejected"] else EXIT_OK

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from worker.commands.exit_codes import EXIT_DRAINED, EXIT_FAILED
 from worker.settings.environment import SUPERVISOR_PID as SUPERVISOR_PID_ENV
 from worker.settings.fields import SettingsError
 from worker.settings.load import CONFIG_ENV, environment_names, to_environment
@@ -211,14 +212,14 @@ class Supervisor:
         failed = [c for c in self.children if c.unexpected or c.returncode != 0]
         if not failed:
             log.info("supervisor: all %d workers drained and exited cleanly", len(self.children))
-            return 0
+            return EXIT_DRAINED
         for c in failed:
             why = "died while serving" if c.unexpected else (
                 "killed at the drain deadline" if c.killed_at_deadline else "failed to drain cleanly")
             log.error("supervisor: worker %s (pid %d) %s: %s", c.slot.name, c.proc.pid, why,
                       describe_exit(c.returncode))
-        log.error("supervisor: %d of %d workers failed; exiting with 1", len(failed), len(self.children))
-        return 1
+        log.error("supervisor: %d of %d workers failed; exiting with %d", len(failed), len(self.children), EXIT_FAILED)
+        return EXIT_FAILED
 
     def _relay(self, name: str, stream: BinaryIO) -> None:
         prefix = b"" if self.settings.log.format == "json" else f"[{name}] ".encode()

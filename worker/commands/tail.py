@@ -14,6 +14,7 @@ import time
 
 import msgspec
 
+from worker.commands.exit_codes import EXIT_FAILED, EXIT_OK
 from worker.messages import DeadLetter, Summary
 
 _summary = msgspec.json.Decoder(Summary)
@@ -69,5 +70,5 @@ def run(args: argparse.Namespace) -> int:
         consumer.close()
     if args.count and seen < args.count:
         print(f"telesum tail: {seen} of {args.count} answers before the timeout", file=sys.stderr)
-        return 1
-    return 0
+        return EXIT_FAILED
+    return EXIT_OK

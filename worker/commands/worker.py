@@ -15,20 +15,15 @@ import sys
 import threading
 
 from worker.commands import supervisor
+from worker.commands.exit_codes import EXIT_DEADLINE, EXIT_DRAINED, EXIT_FENCED, EXIT_SETTINGS
+from worker.commands.startup import StartupError, read_settings, start_summarizer
 from worker.metrics import WorkerMetrics, gpu_label
 from worker.ops.health import Health, tcp_reachable
-from worker.ops.logs import configure_logging
 from worker.settings.fields import SettingsError
-from worker.settings.load import LoadedSettings, load_settings
+from worker.settings.load import LoadedSettings
 from worker.settings.load import add_arguments as add_setting_arguments
 
 log = logging.getLogger(__name__)
-
-# Exit codes of `telesum worker` (also in the README).
-EXIT_DRAINED = 0          # every in-flight record answered and committed
-EXIT_SETTINGS = 2         # a setting is invalid
-EXIT_DEADLINE = 3         # the drain deadline hit with work in flight: its new owner replays it
-EXIT_FENCED = 4           # exactly-once: another worker with this transactional id took over
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -95,16 +90,18 @@ def _device_label(engine) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from worker.kafka.loop import KafkaWorker, ProducerFenced
-    from worker.runtime import banner, budgets_for, build_summarizer, load_model
-
     try:
-        loaded_settings = load_settings(args)
-    except SettingsError as exc:  # an operator's mistake: the message, not a traceback
+        return _serve(args)
+    except StartupError as exc:  # an operator's mistake: the message, not a traceback
         log.error("%s", exc)
-        return EXIT_SETTINGS
+        return exc.exit_code
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from worker.kafka.loop import KafkaWorker, ProducerFenced
+
+    loaded_settings = read_settings(args)
     settings = loaded_settings.settings
-    configure_logging(settings.log, worker=settings.kafka.worker_name)
     try:
         if settings.kafka.gpus and settings.kafka.gpus.strip():
             return supervisor.run_supervised(settings, verbose=settings.log.level == "debug")
@@ -116,17 +113,11 @@ def run(args: argparse.Namespace) -> int:
     install_signal_handlers(stop)
     ops = _Ops(loaded_settings, stop)
     ops.start_http(_device_label(settings.engine))
-    try:
-        loaded = load_model(settings.engine)
-    except (FileNotFoundError, ValueError) as exc:  # a wrong --model: say so, no traceback
-        log.error("engine.model (--model, TELESUM_MODEL) %r: %s", settings.engine.model, exc)
-        return EXIT_SETTINGS
-    budgets = budgets_for(loaded_settings, loaded)
-    summarizer = build_summarizer(settings.engine, budgets, loaded)
-    summarizer.start()
     k = settings.kafka
-    banner("worker", loaded, budgets, summarizer, worker=k.worker_name, input_topic=k.input_topic,
-           output_topic=k.output_topic, dlq_topic=k.dlq_topic, group_id=k.group_id)
+    started = start_summarizer(loaded_settings, "worker", worker=k.worker_name, input_topic=k.input_topic,
+                               output_topic=k.output_topic, dlq_topic=k.dlq_topic, group_id=k.group_id)
+    loaded, budgets, summarizer = started.model, started.budgets, started.summarizer
+    summarizer.start()
     device = next(loaded.model.parameters()).device
     ops.start_status({"worker": k.worker_name, "model": loaded.name, "device": str(device),
                       "attention_backend": getattr(loaded.model.backend, "name", "unknown"),
