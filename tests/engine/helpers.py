@@ -14,7 +14,7 @@ from worker.engine.sequence import SamplingParams, Sequence
 from worker.model.attention import build_pass
 from worker.model.kv_cache import KVCache
 
-from .conftest import FakeDispatcher
+from tests.engine.conftest import FakeDispatcher
 
 
 def make_engine(model, *, token_budget=64, capacity=2048, chunk_tokens=None, eos_ids=(),

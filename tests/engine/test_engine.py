@@ -6,7 +6,7 @@ import torch
 from worker.engine.errors import ArenaTooSmall, ContextTooLong
 from worker.engine.sequence import SamplingParams, SequenceStatus
 
-from .helpers import generate, make_engine, random_prompts, reference_greedy, run_until_done
+from tests.engine.helpers import generate, make_engine, random_prompts, reference_greedy, run_until_done
 
 
 def test_engine_packed_bins_match_solo_and_reference(tiny_model):

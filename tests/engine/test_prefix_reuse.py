@@ -6,7 +6,7 @@ import torch
 
 from worker.engine.sequence import SamplingParams
 
-from .helpers import make_engine, reference_greedy, run_until_done
+from tests.engine.helpers import make_engine, reference_greedy, run_until_done
 
 
 def _prompts_with_heads(n: int, heads: list[list[int]], seed: int) -> list[list[int]]:

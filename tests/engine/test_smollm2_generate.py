@@ -10,7 +10,7 @@ from worker.engine.kv_arena import KVArena
 from worker.engine.runner import ModelRunner
 from worker.engine.sequence import SamplingParams
 
-from .helpers import run_until_done
+from tests.engine.helpers import run_until_done
 
 MAX_NEW = 12
 QUESTIONS = [

@@ -17,9 +17,9 @@ from worker.model.llama import LlamaModel
 from worker.prompts import build_messages
 from worker.summarizer import MAX_PIECES_IN_FLIGHT, Summarizer
 
-from .conftest import FakeDispatcher
-from .helpers import generate
-from .tiny_tokenizer import tiny_tokenizer
+from tests.engine.conftest import FakeDispatcher
+from tests.engine.helpers import generate
+from tests.engine.tiny_tokenizer import tiny_tokenizer
 
 MAX_NEW = 6
 

@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from fakes import GatedSummarizer, run_in_thread, wait_for
-from helpers import answer_ids, consume, produce_records
+from tests.kafka.fakes import GatedSummarizer, run_in_thread, wait_for
+from tests.kafka.helpers import answer_ids, consume, produce_records
 from worker.kafka.loop import KafkaWorker
 from worker.settings.kafka import KafkaSettings
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from helpers import ANSWER_WAIT_S, WorkerProcess, consume, produce, record
+from tests.kafka.helpers import ANSWER_WAIT_S, WorkerProcess, consume, produce, record
 from worker.messages import TelemetryRecord
 
 pytestmark = pytest.mark.kafka

@@ -12,7 +12,7 @@ import uuid
 import msgspec
 import pytest
 
-from helpers import WorkerProcess, answer_ids, consume, produce, produce_records
+from tests.kafka.helpers import WorkerProcess, answer_ids, consume, produce, produce_records
 from worker.benchmarks.local_broker import kafka_sh
 from worker.messages import DeadLetter, TelemetryRecord
 

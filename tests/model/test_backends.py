@@ -15,7 +15,7 @@ import torch.nn.attention.varlen as varlen_module
 from worker.model import KVCache, ModelConfig, random_model, select_backend
 from worker.model.attention import SdpaBackend, TorchFa2Backend
 
-from .helpers import rel_err, run_packed
+from tests.model.helpers import rel_err, run_packed
 
 
 def test_select_backend_cpu_default_is_sdpa():

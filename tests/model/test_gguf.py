@@ -10,7 +10,7 @@ from worker.model import embedded_model_path, load_model
 from worker.model.gguf_loader import gguf_config, open_gguf, unpermute_qk
 from worker.model.tokenizer import load_tokenizer
 
-from .helpers import rel_err, run_packed
+from tests.model.helpers import rel_err, run_packed
 
 
 def _llama_cpp_permute(w: np.ndarray, num_heads: int) -> np.ndarray:

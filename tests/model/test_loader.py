@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 
 from worker.model import ModelConfig, embedded_model_path, load_model
 
-from .conftest import hf_model_from
+from tests.model.conftest import hf_model_from
 
 
 def test_embedded_model_path_installed_points_to_gguf():

@@ -8,7 +8,7 @@ import torch
 from worker.model import KVCache, ModelConfig, build_pass, random_model
 from worker.model.weights import init_random
 
-from .helpers import rel_err, run_packed
+from tests.model.helpers import rel_err, run_packed
 
 TOL = 1e-5
 

@@ -8,7 +8,7 @@ import torch
 from worker.model import ModelConfig
 from worker.model.llama import rope_inv_freq
 
-from .helpers import rel_err, run_packed
+from tests.model.helpers import rel_err, run_packed
 
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 16}

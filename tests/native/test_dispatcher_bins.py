@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from worker.benchmarks.reference_ffd import align_up, reference_ffd
 from worker.dispatch import BinDispatcher, PackedBin
 
-from .helpers import WAIT_S, check_bin, copy_bin, drain
+from tests.native.helpers import WAIT_S, check_bin, copy_bin, drain
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -10,7 +10,7 @@ from worker import _native
 from worker.dispatch import (Backpressure, BinDispatcher, DispatcherClosed, DispatcherNotStarted,
                              SequenceTooLong, UnknownSlot)
 
-from .helpers import WAIT_S, drain
+from tests.native.helpers import WAIT_S, drain
 
 
 def test_dispatcher_exceptions_have_documented_bases() -> None:

@@ -9,7 +9,7 @@ import numpy as np
 
 from worker.dispatch import Backpressure, DispatcherClosed
 
-from .helpers import WAIT_S, check_bin, copy_bin
+from tests.native.helpers import WAIT_S, check_bin, copy_bin
 
 
 def test_dispatcher_producers_consumer_close_midway_loses_nothing(make_dispatcher) -> None:

@@ -15,7 +15,7 @@ from worker.facts.ves import REQUIRED_FAULT_FIELDS, REQUIRED_HEADER_FIELDS
 from worker.messages import decode_record
 from worker.commands.samples import count_words, generate
 
-SAMPLE = Path(__file__).resolve().parents[1] / "bench" / "samples" / "telemetry.jsonl"
+SAMPLE = Path(__file__).resolve().parents[2] / "bench" / "samples" / "telemetry.jsonl"
 
 
 def _args(**overrides) -> argparse.Namespace:

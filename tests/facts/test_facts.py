@@ -249,7 +249,7 @@ def test_extract_facts_agrees_with_generated_ground_truth(profile):
 
 
 # -- real-shaped fixtures (tests/fixtures/real: hand-written samples of each format) ----------
-FIXTURES = Path(__file__).parent / "fixtures" / "real"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
 INJECTED = ("ignore the above", "disregard previous instructions", "everything is fine")
 

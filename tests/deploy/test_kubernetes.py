@@ -18,7 +18,7 @@ from worker.commands.supervisor import DRAIN_MARGIN_S
 from worker.metrics import WorkerMetrics
 from worker.settings.load import environment_names, load_settings
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "deploy" / "kubernetes"
 MONITORING = REPO / "deploy" / "monitoring"
 

@@ -128,7 +128,7 @@ def test_corpus_real_records_last_and_of_real_shapes():
         corpus(4, 2, seed=0, real=3)
 
 
-RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results" / "quality_records.jsonl"
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results" / "quality_records.jsonl"
 
 
 def test_committed_quality_summaries_hold_no_worked_example_value():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,8 +15,7 @@ from worker.model.attention import SdpaBackend
 from worker.model.config import ModelConfig
 from worker.model.llama import LlamaModel
 
-sys.path.insert(0, str(Path(__file__).parent))
-from engine.tiny_tokenizer import tiny_tokenizer  # noqa: E402
+from tests.engine.tiny_tokenizer import tiny_tokenizer
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import uuid
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from helpers import WorkerProcess, answer_ids, consume, produce_records
+from tests.kafka.helpers import WorkerProcess, answer_ids, consume, produce_records
 from worker.settings.kafka import SettingsError
 from worker.settings.load import from_values, load_settings
 from worker.commands.supervisor import Slot, Supervisor, child_environment, describe_exit, parse_gpus
