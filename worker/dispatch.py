@@ -22,6 +22,7 @@ DispatcherClosed = _native.DispatcherClosed          # submit() after close(); n
 DispatcherNotStarted = _native.DispatcherNotStarted  # any call before start()
 SequenceTooLong = _native.SequenceTooLong            # one sequence is larger than a bin
 UnknownSlot = _native.UnknownSlot                    # release() of a slot not handed out
+SequenceTooLong.reason = "too_long"                  # its dead letter's reason code
 
 _INT32_MIN, _INT32_MAX = np.iinfo(np.int32).min, np.iinfo(np.int32).max
 

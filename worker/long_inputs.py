@@ -36,6 +36,7 @@ _MAX_TEMPLATES = 50
 
 class RecordTooLong(ValueError):
     """A record's body is over the per-record work cap and the operator chose to dead-letter it."""
+    reason = "too_long"  # its dead letter's reason code
 
 
 @dataclass(frozen=True)

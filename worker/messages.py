@@ -6,6 +6,7 @@ Input records arrive as JSON or MessagePack; `decode_record` turns raw bytes int
 
 from __future__ import annotations
 
+import typing
 from typing import Any, Literal
 
 import msgspec
@@ -163,14 +164,17 @@ def decode_record(raw: bytes, content_type: str | None = None) -> TelemetryRecor
 
 
 def failure_reason(error: BaseException) -> tuple[ReasonCode, str]:
-    """(reason code, message) for an exception raised while decoding or summarising one record."""
+    """(reason code, message) for an exception raised while decoding or summarising one record.
+
+    A failure class states its own code as the class attribute `reason` (ContextTooLong,
+    OutOfMemory, RecordTooLong, the dispatcher's SequenceTooLong); any other error is
+    `summarize_failed`."""
     if isinstance(error, InvalidRecord):
         return error.reason, error.message
-    names = {"SequenceTooLong": "too_long", "ContextTooLong": "too_long", "RecordTooLong": "too_long",
-             "OutOfMemory": "out_of_memory"}
-    code = names.get(type(error).__name__, "summarize_failed")
-    return code, f"{type(error).__name__}: {error}"  # type: ignore[return-value]
+    code = getattr(type(error), "reason", None)
+    if code not in _REASON_CODES:
+        code = "summarize_failed"
+    return code, f"{type(error).__name__}: {error}"
 
 
-def encode_json(obj: msgspec.Struct) -> bytes:
-    return msgspec.json.encode(obj)
+_REASON_CODES = frozenset(typing.get_args(ReasonCode))

@@ -28,10 +28,6 @@ class SamplingParams:
         if not self.repetition_penalty > 0:
             raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
 
-    @property
-    def is_greedy(self) -> bool:
-        return self.temperature == 0.0
-
 
 class SequenceStatus(enum.Enum):
     WAITING = "waiting"      # submitted, not yet prefilled

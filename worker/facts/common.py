@@ -76,12 +76,6 @@ def epoch_to_iso(value) -> str | None:
         return None
 
 
-def epoch_micros_to_iso(value) -> str | None:
-    """VES `*EpochMicrosec` to ISO UTC, read by magnitude (milliseconds and seconds are common in
-    the field); None when unusable."""
-    return epoch_to_iso(value)
-
-
 ISO_TIME = re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?")
 
 
