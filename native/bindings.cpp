@@ -20,6 +20,17 @@ PYBIND11_MODULE(_native, m) {
     py::register_exception<SequenceTooLongError>(m, "SequenceTooLong", PyExc_ValueError);
     py::register_exception<UnknownSlotError>(m, "UnknownSlot", PyExc_ValueError);
 
+    m.def("dispatcher_defaults", [] {
+        const DispatcherConfig c;
+        py::dict d;
+        d["token_budget"] = c.token_budget;
+        d["alignment"] = c.alignment;
+        d["max_seqs_per_bin"] = c.max_seqs_per_bin;
+        d["queue_capacity_tokens"] = c.queue_capacity_tokens;
+        d["latency_cap_s"] = c.latency_cap_s;
+        return d;
+    }, "The packing defaults of DispatcherConfig (dispatcher.h), the native home of these values.");
+
     py::class_<PyDispatcher>(m, "Dispatcher")
         .def(py::init([](int64_t token_budget, int64_t alignment, int64_t max_seqs_per_bin,
                          int64_t queue_capacity_tokens, int32_t pad_id, double latency_cap_s, bool adaptive) {
@@ -33,9 +44,11 @@ PYBIND11_MODULE(_native, m) {
                  c.adaptive = adaptive;
                  return new PyDispatcher(c);
              }),
-             py::arg("token_budget") = 65536, py::arg("alignment") = 16, py::arg("max_seqs_per_bin") = 1024,
-             py::arg("queue_capacity_tokens") = 4 * 65536, py::arg("pad_id") = 0,
-             py::arg("latency_cap_s") = 0.05, py::arg("adaptive") = true)
+             py::arg("token_budget") = DispatcherConfig{}.token_budget,
+             py::arg("alignment") = DispatcherConfig{}.alignment,
+             py::arg("max_seqs_per_bin") = DispatcherConfig{}.max_seqs_per_bin,
+             py::arg("queue_capacity_tokens") = DispatcherConfig{}.queue_capacity_tokens, py::arg("pad_id") = 0,
+             py::arg("latency_cap_s") = DispatcherConfig{}.latency_cap_s, py::arg("adaptive") = true)
         .def("add_slot", &PyDispatcher::add_slot, py::arg("input_ids"), py::arg("position_ids"),
              py::arg("cu_seqlens"), py::arg("seq_ids"), py::arg("seq_lens"), py::arg("last_token_index"),
              py::arg("max_new_tokens"))
@@ -67,7 +80,8 @@ PYBIND11_MODULE(_native, m) {
                  c.rate_tau_s = rate_tau_s;
                  return AccumulationWindow(c);
              }),
-             py::arg("token_budget") = 65536, py::arg("latency_cap_s") = 0.05, py::arg("adaptive") = true,
+             py::arg("token_budget") = DispatcherConfig{}.token_budget,
+             py::arg("latency_cap_s") = DispatcherConfig{}.latency_cap_s, py::arg("adaptive") = true,
              py::arg("fixed_max_seqs") = WindowConfig{}.fixed_max_seqs,
              py::arg("fixed_max_wait_s") = WindowConfig{}.fixed_max_wait_s,
              py::arg("idle_fraction") = WindowConfig{}.idle_fraction, py::arg("rate_tau_s") = WindowConfig{}.rate_tau_s)

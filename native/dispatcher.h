@@ -44,6 +44,8 @@ struct NotStartedError : std::runtime_error { using std::runtime_error::runtime_
 struct SequenceTooLongError : std::invalid_argument { using std::invalid_argument::invalid_argument; };
 struct UnknownSlotError : std::invalid_argument { using std::invalid_argument::invalid_argument; };
 
+// The native home of the packing defaults; worker/settings/budgets.py holds the same values for
+// Python and tests/settings/test_budgets.py checks they agree (through dispatcher_defaults()).
 struct DispatcherConfig {
     int64_t token_budget = 65536;
     int64_t alignment = 16;

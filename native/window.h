@@ -32,8 +32,10 @@ struct WindowDecision {
 };
 
 struct WindowConfig {
-    int64_t token_budget = 65536;
-    double latency_cap_s = 0.05;
+    // No defaults here: the dispatcher sets both from DispatcherConfig (dispatcher.h); the
+    // constructor refuses a zero.
+    int64_t token_budget = 0;
+    double latency_cap_s = 0.0;
     bool adaptive = true;
     int64_t fixed_max_seqs = 16;       // the seed's rule
     double fixed_max_wait_s = 0.005;   // the seed's rule

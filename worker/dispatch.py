@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from worker import _native
+from worker.settings.budgets import ALIGNMENT, GPU_MAX_SEQS_PER_BIN, GPU_TOKEN_BUDGET, LATENCY_CAP_S, QUEUE_CAPACITY_TOKENS
 
 Backpressure = _native.Backpressure                  # submit(): the bounded queue is full; retry later
 DispatcherClosed = _native.DispatcherClosed          # submit() after close(); next_bin() once drained
@@ -84,9 +85,9 @@ class _Slot:
 class BinDispatcher:
     """Sequences in, packed bins out. Thread-safe; every blocking call releases the GIL."""
 
-    def __init__(self, token_budget: int = 65536, *, alignment: int = 16, num_slots: int = 3,
-                 max_seqs_per_bin: int = 1024, queue_capacity_tokens: int = 4 * 65536,
-                 pad_id: int = 0, latency_cap_s: float = 0.05, adaptive: bool = True,
+    def __init__(self, token_budget: int = GPU_TOKEN_BUDGET, *, alignment: int = ALIGNMENT, num_slots: int = 3,
+                 max_seqs_per_bin: int = GPU_MAX_SEQS_PER_BIN, queue_capacity_tokens: int = QUEUE_CAPACITY_TOKENS,
+                 pad_id: int = 0, latency_cap_s: float = LATENCY_CAP_S, adaptive: bool = True,
                  pin_memory: bool | None = None) -> None:
         if num_slots < 2:
             raise ValueError(f"num_slots must be at least 2 (one filling while one is read), got {num_slots}")

@@ -6,6 +6,7 @@ import ast
 from pathlib import Path
 
 import worker
+import worker.dispatch  # noqa: F401  (gives SequenceTooLong its `reason`)
 from worker import _native
 
 STUB = Path(worker.__file__).with_name("_native.pyi")
@@ -21,6 +22,7 @@ def _stub_names() -> tuple[set[str], dict[str, set[str]]]:
         if isinstance(node, ast.ClassDef):
             members[node.name] = {n.name for n in node.body if isinstance(n, ast.FunctionDef)
                                   and not n.name.startswith("_")}
+            members[node.name] |= {n.target.id for n in node.body if isinstance(n, ast.AnnAssign)}
     return top, members
 
 

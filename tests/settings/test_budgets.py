@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from worker.settings.budgets import (CPU_MAX_SEQS_PER_BIN, CPU_TOKEN_BUDGET, GPU_MAX_SEQS_PER_BIN, GPU_TOKEN_BUDGET,
-                                     resolve_budgets)
+from worker import _native
+from worker.dispatch import BinDispatcher
+from worker.settings.budgets import (ALIGNMENT, CPU_MAX_SEQS_PER_BIN, CPU_TOKEN_BUDGET, GPU_MAX_SEQS_PER_BIN,
+                                     GPU_TOKEN_BUDGET, LATENCY_CAP_S, QUEUE_CAPACITY_TOKENS, resolve_budgets)
 from worker.settings.load import from_values, load_settings
 
 
@@ -40,3 +42,19 @@ def test_budgets_same_for_both_commands_settings():
     worker = resolve_budgets(from_values({"kafka.input_topic": "t"}), "cuda")
     offline = resolve_budgets(from_values({}), "cuda")
     assert (worker.token_budget, worker.max_seqs_per_bin) == (offline.token_budget, offline.max_seqs_per_bin)
+
+
+def test_packing_defaults_agree_between_budgets_py_and_dispatcher_h():
+    assert _native.dispatcher_defaults() == {
+        "token_budget": GPU_TOKEN_BUDGET, "alignment": ALIGNMENT, "max_seqs_per_bin": GPU_MAX_SEQS_PER_BIN,
+        "queue_capacity_tokens": QUEUE_CAPACITY_TOKENS, "latency_cap_s": LATENCY_CAP_S}
+
+
+def test_python_dispatcher_defaults_are_the_budgets():
+    d = BinDispatcher(pin_memory=False)
+    try:
+        native = d._native
+        assert (native.token_budget, native.alignment, native.max_seqs_per_bin) == (
+            GPU_TOKEN_BUDGET, ALIGNMENT, GPU_MAX_SEQS_PER_BIN)
+    finally:
+        d.close()

@@ -19,6 +19,7 @@ import numpy as np
 from worker.benchmarks.reference_ffd import align_up, reference_ffd, reference_stream_pack, write_bin
 from worker.benchmarks.corpora import corpus_token_lengths
 from worker.dispatch import Backpressure, BinDispatcher, DispatcherClosed
+from worker.settings.budgets import ALIGNMENT, GPU_TOKEN_BUDGET
 
 VOCAB = 49152
 
@@ -26,8 +27,8 @@ VOCAB = 49152
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sequences", type=int, default=1_000_000, help="through the native dispatcher")
     parser.add_argument("--python-sequences", type=int, default=100_000, help="through the Python FFD")
-    parser.add_argument("--token-budget", type=int, default=65536)
-    parser.add_argument("--alignment", type=int, default=16)
+    parser.add_argument("--token-budget", type=int, default=GPU_TOKEN_BUDGET)
+    parser.add_argument("--alignment", type=int, default=ALIGNMENT)
     parser.add_argument("--batch", type=int, default=64, help="sequences per submit_many() call (second run)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")

@@ -10,6 +10,8 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from worker.settings.budgets import ALIGNMENT, GPU_MAX_SEQS_PER_BIN, QUEUE_CAPACITY_TOKENS
+
 
 def align_up(n: int, alignment: int) -> int:
     return (n + alignment - 1) // alignment * alignment
@@ -66,8 +68,8 @@ def write_bin(seqs: Sequence[np.ndarray], items: Sequence[int], alignment: int, 
     }
 
 
-def reference_stream_pack(seqs: Sequence[np.ndarray], token_budget: int, alignment: int = 16,
-                          window_tokens: int = 4 * 65536, max_seqs_per_bin: int = 1024,
+def reference_stream_pack(seqs: Sequence[np.ndarray], token_budget: int, alignment: int = ALIGNMENT,
+                          window_tokens: int = QUEUE_CAPACITY_TOKENS, max_seqs_per_bin: int = GPU_MAX_SEQS_PER_BIN,
                           pad_id: int = 0) -> Iterator[dict[str, np.ndarray]]:
     """Packs a stream the way the dispatcher does under load: gather up to `window_tokens`, run
     FFD, emit every bin but the last (its items wait for more arrivals), and at the end emit all."""

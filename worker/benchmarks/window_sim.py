@@ -27,6 +27,7 @@ import numpy as np
 from worker import _native
 from worker.benchmarks.corpora import corpus_token_lengths
 from worker.benchmarks.reference_ffd import align_up
+from worker.settings.budgets import ALIGNMENT, GPU_MAX_SEQS_PER_BIN, GPU_TOKEN_BUDGET, LATENCY_CAP_S
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,9 @@ def _num_first(fairness: str, pending: list, now: float, latency_cap_s: float) -
     raise ValueError(f"unknown fairness {fairness!r}")
 
 
-def simulate(events: list[tuple], *, adaptive: bool, token_budget: int = 65536,
-             alignment: int = 16, max_seqs_per_bin: int = 1024, latency_cap_s: float = 0.05,
+def simulate(events: list[tuple], *, adaptive: bool, token_budget: int = GPU_TOKEN_BUDGET,
+             alignment: int = ALIGNMENT, max_seqs_per_bin: int = GPU_MAX_SEQS_PER_BIN,
+             latency_cap_s: float = LATENCY_CAP_S,
              num_slots: int = 3, gpu: GpuModel = GpuModel(), fairness: str = "overdue",
              long_record: tuple[float, int, int] | None = None) -> SimResult:
     window = _native.AccumulationWindow(token_budget=token_budget, latency_cap_s=latency_cap_s,

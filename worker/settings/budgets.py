@@ -8,17 +8,23 @@ never changed: a value discovered at run time is returned, not written back.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from worker.settings.load import LoadedSettings
+if TYPE_CHECKING:
+    from worker.settings.load import LoadedSettings
 
+# The packing defaults, written once on the Python side; native/dispatcher.h (DispatcherConfig)
+# holds the same values for the native side and tests/settings/test_budgets.py checks they agree.
 # Measured on an H200 with the SmolLM2-135M shape: 65,536-token bins of up to 1,024 sequences
-# served ~100 records/s where 8,192 / 64 served 13 (NOTES.md).
+# served ~100 records/s where 8,192 / 64 served 13 (/work/shared/NOTES.md, 2026-12-01).
 GPU_TOKEN_BUDGET = 65536
 GPU_MAX_SEQS_PER_BIN = 1024
 # CPU prefill of more tokens per pass gains nothing; few sequences keep each CPU step short.
 CPU_TOKEN_BUDGET = 2048
 CPU_MAX_SEQS_PER_BIN = 16
+ALIGNMENT = 16                                # each sequence's span in a bin is a multiple of this
+LATENCY_CAP_S = 0.05                          # the oldest waiting sequence makes a bin within this
+QUEUE_CAPACITY_TOKENS = 4 * GPU_TOKEN_BUDGET  # tokens waiting in the dispatcher before submit pushes back
 
 BUDGETS = ("token_budget", "max_seqs_per_bin", "kv_rows")
 
@@ -50,7 +56,7 @@ def device_defaults(device_type: str) -> dict[str, int | None]:
     return {"token_budget": CPU_TOKEN_BUDGET, "max_seqs_per_bin": CPU_MAX_SEQS_PER_BIN, "kv_rows": None}
 
 
-def resolve_budgets(loaded: LoadedSettings, device_type: str, probed: Probed | None = None) -> Budgets:
+def resolve_budgets(loaded: "LoadedSettings", device_type: str, probed: Probed | None = None) -> Budgets:
     """Per budget: the operator's value (flag/env/file), else the probe's, else the device default.
 
     `probed` is the run-time probe's result for this (model, device), or None where no probe ran;

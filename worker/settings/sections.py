@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from worker.settings.kafka import KafkaSettings
+from worker.settings.budgets import CPU_MAX_SEQS_PER_BIN, CPU_TOKEN_BUDGET, GPU_MAX_SEQS_PER_BIN, GPU_TOKEN_BUDGET
 from worker.settings.fields import FieldSpec, MaskedRepr, SettingsError, opt, section_fields
 
 _Struct = dict(frozen=True, kw_only=True, forbid_unknown_fields=True)
@@ -29,11 +30,12 @@ class EngineSettings(MaskedRepr, msgspec.Struct, **_Struct):
     backend: Annotated[Literal["flash_attn", "torch_fa2", "sdpa"] | None,
                        opt("TELESUM_BACKEND", "attention backend (default: the fastest available)")] = None
     token_budget: Annotated[PositiveInt | None, opt("TELESUM_TOKEN_BUDGET",
-                                                    "tokens per packed prefill bin (auto: probe, else 65536 "
-                                                    "on a GPU, 2048 on CPU)")] = None
+                                                    "tokens per packed prefill bin (auto: probe, else "
+                                                    f"{GPU_TOKEN_BUDGET} on a GPU, {CPU_TOKEN_BUDGET} on CPU)")] = None
     max_seqs_per_bin: Annotated[PositiveInt | None, opt("TELESUM_MAX_SEQS_PER_BIN",
-                                                        "sequences per packed bin (auto: probe, else 1024 on a "
-                                                        "GPU, 16 on CPU)")] = None
+                                                        "sequences per packed bin (auto: probe, else "
+                                                        f"{GPU_MAX_SEQS_PER_BIN} on a GPU, {CPU_MAX_SEQS_PER_BIN} "
+                                                        "on CPU)")] = None
     kv_rows: Annotated[PositiveInt | None, opt("TELESUM_KV_ROWS", "KV arena rows (auto: probe, else two full "
                                                                   "bins and at least one context)")] = None
     max_new_tokens: Annotated[int, opt("TELESUM_MAX_NEW_TOKENS", "summary length limit in tokens", gt=0)] = 128
