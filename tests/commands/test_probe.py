@@ -12,7 +12,16 @@ from worker.commands.probe import format_table
 
 def test_probe_command_on_cpu_exits_2_with_a_reason(caplog):
     assert main(["probe", "--device", "cpu"]) == 2
-    assert "must be cuda" in caplog.text
+    assert "engine.device (--device, TELESUM_DEVICE) must be auto, cuda or cuda:N, not cpu" in caplog.text
+
+
+def test_probe_command_reads_the_engine_settings_the_worker_reads(monkeypatch, caplog):
+    monkeypatch.setenv("TELESUM_DEVICE", "cpu")
+    assert main(["probe"]) == 2
+    assert "not cpu" in caplog.text
+    monkeypatch.setenv("TELESUM_MAX_NEW_TOKENS", "0")
+    assert main(["probe"]) == 2
+    assert "engine.max_new_tokens (--max-new-tokens, TELESUM_MAX_NEW_TOKENS)" in caplog.text
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")

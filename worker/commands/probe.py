@@ -1,4 +1,9 @@
-"""`telesum probe`: measure (or read from the cache) the bin, KV arena and sequence budgets on a GPU."""
+"""`telesum probe`: measure (or read from the cache) the bin, KV arena and sequence budgets on a GPU.
+
+The model, device, backend, summary length and a fixed bin size are the `[engine]` settings
+(flags, environment, file), the same ones `telesum worker` reads, so the probe measures what the
+worker will run; `--token-budget` fixes the bin and probes only the arena and sequences beside it.
+"""
 
 from __future__ import annotations
 
@@ -8,42 +13,54 @@ import logging
 from pathlib import Path
 
 from worker.commands.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SETTINGS
+from worker.commands.startup import StartupError, read_settings
+from worker.settings.load import add_arguments as add_setting_arguments
 
 log = logging.getLogger(__name__)
 
 
+SECTIONS = ("engine", "log")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default=None, help="HF folder or .gguf (default: embedded SmolLM2-135M)")
-    parser.add_argument("--device", default="cuda", help="cuda or cuda:N (default cuda)")
-    parser.add_argument("--backend", default=None, choices=["flash_attn", "torch_fa2", "sdpa"])
-    parser.add_argument("--max-new-tokens", type=int, default=128, help="summary length the KV slabs hold")
     parser.add_argument("--typical-prompt-tokens", type=int, default=1024,
                         help="prompt length the sequence count assumes (default 1024)")
-    parser.add_argument("--bin-tokens", type=int, default=None,
-                        help="a fixed bin size: probe only the KV arena and sequences beside it")
     parser.add_argument("--refresh", action="store_true", help="probe again even when cached")
     parser.add_argument("--cache-dir", type=Path, default=None,
                         help="default $TELESUM_CACHE_DIR/probe, else ~/.cache/telesum/probe")
     parser.add_argument("--json", action="store_true", help="print the budgets as JSON")
+    add_setting_arguments(parser, SECTIONS)
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from worker.model import embedded_model_path, load_model
     from worker.probe import ProbeError, probe_budgets
+    from worker.runtime import load_model
 
-    device = torch.device(args.device)
-    if device.type != "cuda":
-        log.error("telesum probe measures GPU memory: --device must be cuda or cuda:N, not %s", args.device)
+    try:
+        loaded_settings = read_settings(args, SECTIONS)
+    except StartupError as exc:
+        log.error("%s", exc)
+        return exc.exit_code
+    engine = loaded_settings.settings.engine
+    if engine.device == "cpu":
+        log.error("telesum probe measures GPU memory: engine.device (--device, TELESUM_DEVICE) must be auto, "
+                  "cuda or cuda:N, not %s", engine.device)
         return EXIT_SETTINGS
     if not torch.cuda.is_available():
         log.error("telesum probe needs a CUDA GPU; torch sees none")
         return EXIT_SETTINGS
-    loaded = load_model(args.model or embedded_model_path(), device=device, backend=args.backend, tokenizer=False)
     try:
-        b = probe_budgets(loaded, device, max_new_tokens=args.max_new_tokens,
-                          typical_prompt_tokens=args.typical_prompt_tokens, bin_tokens=args.bin_tokens,
+        loaded = load_model(engine)
+    except (FileNotFoundError, ValueError) as exc:
+        log.error("engine.model (--model, TELESUM_MODEL) %r: %s", engine.model, exc)
+        return EXIT_SETTINGS
+    device = next(loaded.model.parameters()).device
+    bin_tokens = engine.token_budget if loaded_settings.is_set("engine.token_budget") else None
+    try:
+        b = probe_budgets(loaded, device, max_new_tokens=engine.max_new_tokens,
+                          typical_prompt_tokens=args.typical_prompt_tokens, bin_tokens=bin_tokens,
                           refresh=args.refresh, cache_dir=args.cache_dir)
     except ProbeError as exc:
         log.error("%s", exc)
@@ -52,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"model": loaded.name, "dtype": str(loaded.dtype).removeprefix("torch."), **b.to_dict()},
                          indent=2))
     else:
-        print(format_table(b, loaded.name, str(loaded.dtype).removeprefix("torch."), args.max_new_tokens))
+        print(format_table(b, loaded.name, str(loaded.dtype).removeprefix("torch."), engine.max_new_tokens))
     return EXIT_OK
 
 
