@@ -77,6 +77,8 @@ class HttpSettings(MaskedRepr, msgspec.Struct, **_Struct):
 
 
 class LogSettings(MaskedRepr, msgspec.Struct, **_Struct):
+    """How the commands log: text or one JSON object per line, and the level."""
+
     format: Annotated[Literal["text", "json"], opt("TELESUM_LOG_FORMAT", "log lines as text or JSON",
                                                    flag="log-format")] = "text"
     level: Annotated[Literal["debug", "info", "warning", "error"],
