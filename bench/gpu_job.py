@@ -63,7 +63,8 @@ def records_for(profile: str, n: int, seed: int = 11):
 
 def summarizer_run(loaded, records, *, sampling: str, worker_config: bool, profile_out: Path | None = None,
                    prefix_cache: bool = True) -> dict:
-    from worker.summarizer import Summarizer, default_sampling
+    from worker.prompts.sampling import default_sampling
+    from worker.summarizer import Summarizer
     from worker.engine.sequence import SamplingParams
 
     params = (default_sampling(NEW_TOKENS) if sampling == "production"
@@ -160,7 +161,8 @@ def engine_only(loaded, prompts, *, production: bool) -> dict:
     from worker.engine.runner import ModelRunner
     from worker.engine.sequence import SamplingParams
     from worker.engine.kv_arena import KVArena
-    from worker.summarizer import default_kv_rows, default_sampling
+    from worker.prompts.sampling import default_sampling
+    from worker.summarizer import default_kv_rows
 
     cfg = loaded.config
     rows = default_kv_rows(cfg, torch.bfloat16, torch.device("cuda"), token_budget=65536, max_seqs_per_bin=1024,

@@ -13,14 +13,15 @@ PACKAGE = Path(worker.__file__).resolve().parent
 
 # Bottom first. A unit (a top-level module or folder of worker/) may import only units of lower layers.
 LAYERS: list[set[str]] = [
-    {"_native", "messages", "settings", "sampling_defaults"},  # types, settings, the compiled dispatcher
+    {"_native", "messages", "settings"},         # types, settings, the compiled dispatcher
     {"dispatch", "facts", "model", "metrics"},
-    {"prompts", "engine", "ops"},
-    {"preprocess", "long_inputs", "probe", "kafka"},
+    {"engine", "ops"},
+    {"prompts", "probe", "kafka"},               # prompts own the sampling policy, so they sit above the engine
+    {"preprocess", "long_inputs"},
     {"summarizer"},
-    {"runtime"},                                               # settings -> a running Summarizer
-    {"commands"},                                              # every `telesum` command
-    {"benchmarks", "cli"},                                     # `telesum bench`, the entry point
+    {"runtime"},                                 # settings -> a running Summarizer
+    {"commands"},                                # every `telesum` command
+    {"benchmarks", "cli"},                       # `telesum bench`, the entry point
 ]
 LAYER = {unit: n for n, units in enumerate(LAYERS) for unit in units}
 

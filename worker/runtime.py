@@ -115,7 +115,8 @@ def log_bin(token_budget: int) -> Callable[[Any], None]:
 def build_summarizer(engine: EngineSettings, budgets: Budgets, loaded, dispatcher=None):
     """The Summarizer both commands run, with the budgets in force and the engine's sampling.
     With debug logging on, its dispatcher logs one line per bin."""
-    from worker.summarizer import Summarizer, default_sampling
+    from worker.prompts.sampling import default_sampling
+    from worker.summarizer import Summarizer
 
     if dispatcher is None and bin_log.isEnabledFor(logging.DEBUG):
         from worker.dispatch import BinDispatcher

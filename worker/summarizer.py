@@ -36,7 +36,7 @@ from worker.long_inputs import (RecordTooLong, body_for_pieces, plan_chunk_promp
 from worker.messages import Facts, Summary, TelemetryRecord, Timings
 from worker.preprocess import Prepared, Preprocessor, default_workers, tokenize_messages
 from worker.prompts import approx_tokens
-from worker.sampling_defaults import REPETITION_PENALTY, STOP_STRINGS
+from worker.prompts.sampling import default_sampling  # noqa: F401  (re-exported; owned by worker.prompts.sampling)
 
 # A closed summarizer's thread finishes its step; joining longer than this means it is stuck.
 _JOIN_POLL_S = 0.05
@@ -47,13 +47,6 @@ _PLAN_APART_CONTEXTS = 2
 # few enough that a long record never fills the dispatcher's queue ahead of newer records.
 MAX_PIECES_IN_FLIGHT = 2
 OVER_CAP_POLICIES = ("select", "dead_letter")
-
-
-def default_sampling(max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0) -> SamplingParams:
-    """How summaries are generated unless told otherwise: the prompts' stop strings and repetition
-    penalty (what `telesum bench quality` measured), greedy by default."""
-    return SamplingParams(max_new_tokens, temperature, top_p, stop=STOP_STRINGS,
-                          repetition_penalty=REPETITION_PENALTY)
 
 
 # Share of the GPU memory still free after the model loaded that the KV arena takes by default: the

@@ -1,6 +1,6 @@
 """Every prompt the worker sends to the model: text utilities (`text`), worked examples
 (`examples`) and the message templates (`templates`). Decoding defaults live in
-`worker.sampling_defaults`."""
+`worker.prompts.sampling`."""
 
 from worker.prompts.examples import EXAMPLE_VALUES, EXAMPLES
 from worker.prompts.templates import (
