@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 # The packing defaults, written once on the Python side; native/dispatcher.h (DispatcherConfig)
 # holds the same values for the native side and tests/settings/test_budgets.py checks they agree.
 # Measured on an H200 with the SmolLM2-135M shape: 65,536-token bins of up to 1,024 sequences
-# served ~100 records/s where 8,192 / 64 served 13 (/work/shared/NOTES.md, 2026-12-01).
+# served ~100 records/s where 8,192 / 64 served 13 (2026-12-01; docs/engine.md, Budgets).
 GPU_TOKEN_BUDGET = 65536
 GPU_MAX_SEQS_PER_BIN = 1024
 # CPU prefill of more tokens per pass gains nothing; few sequences keep each CPU step short.
