@@ -19,7 +19,7 @@ import numpy as np
 from worker.benchmarks.reference_ffd import align_up, reference_ffd, reference_stream_pack, write_bin
 from worker.benchmarks.corpora import corpus_token_lengths
 from worker.dispatch import Backpressure, BinDispatcher, DispatcherClosed
-from worker.settings.budgets import ALIGNMENT, GPU_TOKEN_BUDGET
+from worker.settings.budgets import ALIGNMENT, GPU_MAX_SEQS_PER_BIN, GPU_TOKEN_BUDGET
 
 VOCAB = 49152
 
@@ -96,7 +96,7 @@ def run_python(seqs: list[np.ndarray], token_budget: int, alignment: int) -> dic
     max_new = [128] * len(seqs)
     t0 = time.perf_counter()
     spans = [align_up(len(s), alignment) for s in seqs]
-    bins = reference_ffd(spans, token_budget, 1024)
+    bins = reference_ffd(spans, token_budget, GPU_MAX_SEQS_PER_BIN)
     written = [write_bin(seqs, items, alignment, 0, max_new) for items in bins]
     elapsed = time.perf_counter() - t0
     real = sum(int(b["seq_lens"].sum()) for b in written)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from worker.commands.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SETTINGS
 from worker.commands.startup import StartupError, read_settings
+from worker.probe.search import TYPICAL_PROMPT_TOKENS
 from worker.settings.load import add_arguments as add_setting_arguments
 
 log = logging.getLogger(__name__)
@@ -23,8 +24,8 @@ SECTIONS = ("engine", "log")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--typical-prompt-tokens", type=int, default=1024,
-                        help="prompt length the sequence count assumes (default 1024)")
+    parser.add_argument("--typical-prompt-tokens", type=int, default=TYPICAL_PROMPT_TOKENS,
+                        help=f"prompt length the sequence count assumes (default {TYPICAL_PROMPT_TOKENS})")
     parser.add_argument("--refresh", action="store_true", help="probe again even when cached")
     parser.add_argument("--cache-dir", type=Path, default=None,
                         help="default $TELESUM_CACHE_DIR/probe, else ~/.cache/telesum/probe")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from worker.probe.cache import cache_key, cache_path, default_cache_dir, load_entry, model_fingerprint, store_entry
-from worker.probe.search import ProbeError, ProbeResult, run_probe
+from worker.probe.search import TYPICAL_PROMPT_TOKENS, ProbeError, ProbeResult, run_probe
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ _MEASURED = ("bin_tokens", "kv_rows", "max_seqs", "peak_bytes", "seconds", "warm
              "free_bytes", "headroom_bytes", "seq_tokens")
 
 
-def probe_budgets(loaded, device, *, max_new_tokens: int, typical_prompt_tokens: int = 1024,
+def probe_budgets(loaded, device, *, max_new_tokens: int, typical_prompt_tokens: int = TYPICAL_PROMPT_TOKENS,
                   bin_tokens: int | None = None, refresh: bool = False, cache_dir: Path | None = None,
                   measurer=None) -> Budgets:
     """Budgets for `loaded` (a LoadedModel already on `device`): from the cache, else probed and cached.

@@ -30,6 +30,7 @@ HEADROOM_FRACTION = 0.03     # of the device's memory left free beside bin + are
 HEADROOM_MIN_BYTES = 1 << 30
 REL_TOL = 0.01               # the bin search stops when its bracket is under 1 % wide
 ARENA_RETRIES = 3            # full passes tried, each with one more headroom taken off the arena
+TYPICAL_PROMPT_TOKENS = 1024  # the prompt length the sequence count assumes unless told
 MAX_BIN_SHRINKS = 10         # then the bin gives up 5 % at a time, this many times at most
 
 
@@ -170,7 +171,7 @@ def slab_rows(bin_tokens: int, seq_tokens: int, max_new_tokens: int) -> int:
     return bin_tokens + -(-bin_tokens // seq_tokens) * max_new_tokens
 
 
-def run_probe(m: Measurer, *, max_new_tokens: int, typical_prompt_tokens: int = 1024,
+def run_probe(m: Measurer, *, max_new_tokens: int, typical_prompt_tokens: int = TYPICAL_PROMPT_TOKENS,
               bin_tokens: int | None = None, sample_tokens: tuple[int, int] = SAMPLE_TOKENS,
               log: Callable[[str], None] = lambda _: None) -> ProbeResult:
     """Find the budgets (steps in the module docstring). bin_tokens given: only steps 4-6 for it."""
