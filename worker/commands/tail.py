@@ -2,32 +2,38 @@
 
 Reads without joining a consumer group (nothing is committed), from the beginning of the topics,
 with isolation level read_committed: an exactly-once worker's aborted transactions (answers whose
-offsets were not committed, re-answered after a restart) are never shown.
+offsets were not committed, re-answered after a restart) are never shown. The broker, its security
+and the topics are the worker's `[kafka]` settings (environment, config file, defaults); the three
+flags below override them.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import logging
 import sys
 import time
+from typing import Any
 
 import msgspec
 
-from worker.commands.exit_codes import EXIT_FAILED, EXIT_OK
+from worker.commands.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SETTINGS
+from worker.settings.fields import SettingsError
+from worker.settings.load import load_settings
 from worker.messages import DeadLetter, Summary
 
 _summary = msgspec.json.Decoder(Summary)
 _dead_letter = msgspec.json.Decoder(DeadLetter)
 
 
+log = logging.getLogger(__name__)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "localhost:9092"),
-                        help="Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP_SERVERS or localhost:9092)")
-    parser.add_argument("--topic", default=os.environ.get("TELESUM_OUTPUT_TOPIC", "summaries"),
-                        help="summary topic (default: $TELESUM_OUTPUT_TOPIC or 'summaries')")
-    parser.add_argument("--dlq-topic", default=os.environ.get("TELESUM_DLQ_TOPIC", "telemetry.dlq"),
-                        help="dead-letter topic (default: $TELESUM_DLQ_TOPIC or 'telemetry.dlq')")
+    parser.add_argument("--bootstrap-servers", default=None,
+                        help="Kafka bootstrap servers (default: the kafka.bootstrap_servers setting)")
+    parser.add_argument("--topic", default=None, help="summary topic (default: the kafka.output_topic setting)")
+    parser.add_argument("--dlq-topic", default=None, help="dead-letter topic (default: the kafka.dlq_topic setting)")
     parser.add_argument("--count", type=int, default=0, help="stop after this many answers (0: never)")
     parser.add_argument("--timeout", type=float, default=0.0,
                         help="stop after this many seconds in all (0: never)")
@@ -50,14 +56,29 @@ def format_answer(topic: str, value: bytes, dlq_topic: str) -> str:
             f"    {s.prompt_tokens} prompt + {s.output_tokens} output tokens, {s.timings.total_s:.1f} s{flags}")
 
 
+def consumer_config(args: argparse.Namespace, env=None) -> tuple[str, str, dict[str, Any]]:
+    """(summary topic, dead-letter topic, kafka-python client settings): the flags over the
+    `[kafka]` settings. Raises SettingsError naming a bad setting."""
+    kafka = load_settings(None, env, sections=()).settings.kafka
+    config = kafka.security_config
+    if args.bootstrap_servers:
+        config["bootstrap_servers"] = args.bootstrap_servers.split(",")
+    return args.topic or kafka.output_topic, args.dlq_topic or kafka.dlq_topic, config
+
+
 def run(args: argparse.Namespace) -> int:
     from kafka import KafkaConsumer
 
     if args.count < 0 or args.timeout < 0:
         raise SystemExit("--count and --timeout must be >= 0")
-    consumer = KafkaConsumer(args.topic, args.dlq_topic, bootstrap_servers=args.bootstrap_servers,
-                             group_id=None, auto_offset_reset="earliest", enable_auto_commit=False,
-                             isolation_level="read_committed")
+    try:
+        topic, dlq_topic, config = consumer_config(args)
+    except SettingsError as exc:
+        log.error("%s", exc)
+        return EXIT_SETTINGS
+    args.dlq_topic = dlq_topic
+    consumer = KafkaConsumer(topic, dlq_topic, group_id=None, auto_offset_reset="earliest", enable_auto_commit=False,
+                             isolation_level="read_committed", **config)
     deadline = time.monotonic() + args.timeout if args.timeout else None
     seen = 0
     try:
