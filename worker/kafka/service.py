@@ -15,6 +15,8 @@ import sys
 import threading
 
 from worker.kafka import supervisor
+from worker.kafka.codecs import MissingCodecError, check_codecs
+from worker.kafka.undecodable import UndecodableBatch
 from worker.metrics import WorkerMetrics, gpu_label
 from worker.ops.health import Health, tcp_reachable
 from worker.ops.logs import configure_logging
@@ -29,6 +31,8 @@ EXIT_DRAINED = 0          # every in-flight record answered and committed
 EXIT_SETTINGS = 2         # a setting is invalid
 EXIT_DEADLINE = 3         # the drain deadline hit with work in flight: its new owner replays it
 EXIT_FENCED = 4           # exactly-once: another worker with this transactional id took over
+EXIT_MISSING_CODEC = 5    # a compression codec's library is missing (--allow-missing-codecs to start anyway)
+EXIT_UNDECODABLE = 6      # on_undecodable_batch "exit": a batch could not be decoded; the others drained first
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -106,6 +110,11 @@ def run(args: argparse.Namespace) -> int:
     settings = loaded_settings.settings
     configure_logging(settings.log, worker=settings.kafka.worker_name)
     try:
+        check_codecs(settings.kafka.allow_missing_codecs)
+    except MissingCodecError as exc:
+        log.error("%s", exc)
+        return EXIT_MISSING_CODEC
+    try:
         if settings.kafka.gpus and settings.kafka.gpus.strip():
             return supervisor.run_supervised(settings, verbose=settings.log.level == "debug")
     except SettingsError as exc:
@@ -143,6 +152,9 @@ def run(args: argparse.Namespace) -> int:
     except ProducerFenced as exc:
         log.error("%s; stopping (the other worker owns this transactional id's work now)", exc)
         code = EXIT_FENCED
+    except UndecodableBatch as exc:
+        log.error("%s; stopping (on_undecodable_batch=exit), the other partitions' work drained", exc)
+        code = EXIT_UNDECODABLE
     finally:
         summarizer.close(drain=False, timeout=5.0)
         if ops.server is not None:
