@@ -73,6 +73,7 @@ def isolate(client: KafkaConsumer, exc: BaseException) -> tuple[TopicPartition, 
     in_line.drain()
     fetcher._next_partition_records = None
     fetcher._next_in_line_exception_metadata = None
-    client.pause(tp)
-    client.seek(tp, offset)
+    if tp in client.assignment():  # else a rebalance took it meanwhile: its new owner meets the batch
+        client.pause(tp)
+        client.seek(tp, offset)
     return tp, offset
