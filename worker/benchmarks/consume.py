@@ -35,6 +35,8 @@ VARIANTS = (("none", "python"), ("none", "crc32c"), ("gzip", "crc32c"), ("snappy
 GOAL_MB_PER_S = 40.0
 # A child that has not decoded every record by then has failed (e.g. a topic that lost records).
 _CHILD_TIMEOUT_S = 600
+# Long polls while joining, as the worker does: a few-ms poll can cut a SyncGroup short, over and over.
+_JOIN_POLL_MS = 1000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -114,13 +116,18 @@ def consume_once(bootstrap: str, topic: str, records: int) -> dict:
                               dlq_topic=f"{topic}.dlq", group_id=f"bench-consume-{uuid.uuid4().hex}")
     consumer = Consumer(settings)
     consumer.open(lambda _revoked: None, lambda _assigned: None)
+    deadline = time.monotonic() + _CHILD_TIMEOUT_S / 2
     try:
         while not (consumer.is_stable() and consumer.assignment()):
-            consumer.poll(100)
+            consumer.poll(_JOIN_POLL_MS)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"never joined the group of {topic}")
         consumer.client.seek_to_beginning()
         got = nbytes = 0
         t0, cpu0 = time.perf_counter(), time.process_time()
         while got < records:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{got} of {records} records of {topic} consumed before the deadline")
             for msg in consumer.poll(settings.poll_timeout_ms):
                 decode_message(msg.value, msg.headers)
                 got += 1
