@@ -4,8 +4,14 @@
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import os
+import re
+import socket
+import time
+import urllib.error
+import urllib.request
 import uuid
 
 import pytest
@@ -99,3 +105,48 @@ def test_codecs_worker_exit_on_undecodable_exits_6_after_serving_the_others(
     assert f"undecodable batch at {inp}[0] offset 0" in log and "zstd" in log
     got = consume_committed(kafka_bootstrap, [out, dlq], lambda g: False, wait_s=5)
     assert set(answered_ids(got, out)) <= set(plain)
+
+
+@pytest.mark.kafka
+def test_codecs_worker_stuck_partition_on_readyz_and_metrics_while_the_other_is_served(
+        kafka_bootstrap, make_topic, tokenizer_dir, tmp_path, without_zstandard, monkeypatch):
+    for name, value in without_zstandard.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("TELESUM_ALLOW_MISSING_CODECS", "true")
+    inp, out, dlq = make_topic("in", 2), make_topic("out"), make_topic("dlq")
+    before = produce_foreign(kafka_bootstrap, inp, [large_record(i, "before") for i in range(2)], partition=0)
+    produce_foreign(kafka_bootstrap, inp, [large_record(i, "zstd") for i in range(3)], "zstd", partition=0)
+    plain = produce_foreign(kafka_bootstrap, inp, [large_record(i, "plain") for i in range(4)], partition=1)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    worker = WorkerProcess(kafka_bootstrap, inp, out, dlq, f"g-{uuid.uuid4().hex}", tokenizer_dir,
+                           tmp_path / "worker.log", **{"metrics-port": str(port), "bind-address": "127.0.0.1"})
+    try:
+        got = consume_committed(kafka_bootstrap, [out, dlq], lambda g: len(g) >= len(before + plain))
+        assert collections.Counter(answered_ids(got, out)) == collections.Counter(before + plain)
+        deadline = time.monotonic() + 30  # the loop publishes its state after each step
+        while True:
+            code, body = _get(f"http://127.0.0.1:{port}/readyz")
+            ready = json.loads(body)
+            if ready["stuck_partitions"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert code == 503 and ready["checks"]["no_stuck_partitions"] is False
+        [stuck] = ready["stuck_partitions"]
+        assert (stuck["topic"], stuck["partition"], stuck["offset"]) == (inp, 0, 2) and "zstd" in stuck["reason"]
+        metrics = _get(f"http://127.0.0.1:{port}/metrics")[1].decode()
+        assert re.search(r'^telesum_stuck_partitions\{[^}]*\} 1\.0$', metrics, re.M)
+        assert re.search(r'^telesum_undecodable_batches_total\{[^}]*\} [1-9]', metrics, re.M)
+        assert f"partition {inp}[0] stuck: the batch at offset 2 cannot be decoded" in worker.log()
+    finally:
+        code = worker.stop()
+    assert code == 0, worker.log()[-3000:]  # the stuck partition does not stop a clean drain
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
