@@ -73,6 +73,19 @@ def test_metrics_observe_loop_gauges_show_queues_partitions_and_commit_lag():
     assert _value(metrics, "telesum_commit_lag_records") == 4
 
 
+def test_metrics_undecodable_batches_counted_and_stuck_partitions_shown():
+    metrics, loop = WorkerMetrics("cpu", "w-1"), _FakeLoop()
+    loop.consumer.stuck, loop.consumer.undecodable_batches = {TopicPartition("in", 0): object()}, 1
+    metrics.observe_loop(loop)
+    loop.consumer.undecodable_batches = 3  # two failed retries
+    metrics.observe_loop(loop)
+    assert _value(metrics, "telesum_undecodable_batches_total") == 3
+    assert _value(metrics, "telesum_stuck_partitions") == 1
+    loop.consumer.stuck = {}
+    metrics.observe_loop(loop)
+    assert _value(metrics, "telesum_stuck_partitions") == 0
+
+
 def test_metrics_observe_results_timings_and_tokens_failures_skipped():
     metrics = WorkerMetrics("cpu", "w-1")
     metrics.observe_results([("a", _summary(100, 10, 0.02, 0.3)), ("b", RuntimeError("boom")),

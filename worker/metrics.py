@@ -81,6 +81,11 @@ class WorkerMetrics:
         self.unacked = gauge("telesum_unacked_publishes", "outputs sent, not yet acknowledged by the broker")
         self.assigned = gauge("telesum_assigned_partitions", "input partitions this worker holds")
         self.paused = gauge("telesum_paused_partitions", "input partitions paused for backpressure or drain")
+        self.stuck = gauge("telesum_stuck_partitions",
+                           "input partitions paused at a batch that cannot be decoded (missing codec, corrupt)")
+        self.undecodable = counter("telesum_undecodable_batches",
+                                   "fetched batches that could not be decoded, retries included")
+        self._last_undecodable = 0
         self.commit_lag = gauge("telesum_commit_lag_records",
                                 "polled records not yet in a done prefix: what the commit position waits on")
         self.queue_seqs = gauge("telesum_summarizer_queue_sequences", "sequences waiting in the dispatcher")
@@ -144,6 +149,11 @@ class WorkerMetrics:
         self.commit_lag.set(worker.tracker.in_flight())
         self.assigned.set(len(worker.tracker.partitions()))
         self.paused.set(len(worker.consumer.paused()))
+        self.stuck.set(len(getattr(worker.consumer, "stuck", ())))
+        undecodable = getattr(worker.consumer, "undecodable_batches", 0)
+        if undecodable > self._last_undecodable:
+            self.undecodable.inc(undecodable - self._last_undecodable)
+        self._last_undecodable = undecodable
         now = time.monotonic()
         if self._summarizer is not None and now - self._last_sample >= _SAMPLE_INTERVAL_S:
             elapsed = now - self._last_sample

@@ -105,7 +105,7 @@ def test_ops_readiness_metrics_status_page_and_logs_follow_a_real_run(kafka_boot
     _until("/readyz 200", lambda: _get(base + "/readyz")[0] == 200, worker)
     ready = json.loads(_get(base + "/readyz")[1])
     assert ready["checks"] == {"model_loaded": True, "partitions_assigned": True, "broker_reachable": True,
-                               "not_draining": True} and ready["assigned_partitions"] == 2
+                               "not_draining": True, "no_stuck_partitions": True} and ready["assigned_partitions"] == 2
     metrics_before = _get(base + "/metrics")[1].decode()
     assert _metric(metrics_before, "telesum_summaries_published_total") == 0
 

@@ -35,11 +35,32 @@ def test_health_ready_only_when_every_check_holds():
     h.observe_loop(_loop(2, stable=False))
     assert not h.readiness()[0]  # a rebalance is under way
     h.observe_loop(_loop(2))
-    assert h.readiness() == (True, {"ready": True, "assigned_partitions": 2, "checks": {
-        "model_loaded": True, "partitions_assigned": True, "broker_reachable": True, "not_draining": True}})
+    assert h.readiness() == (True, {"ready": True, "assigned_partitions": 2, "stuck_partitions": [], "checks": {
+        "model_loaded": True, "partitions_assigned": True, "broker_reachable": True, "not_draining": True,
+        "no_stuck_partitions": True}})
     draining[0] = True
     ok, body = h.readiness()
     assert not ok and body["checks"]["not_draining"] is False
+
+
+def test_health_stuck_partition_not_ready_and_named():
+    from kafka import TopicPartition
+
+    from worker.kafka.undecodable import StuckPartition
+
+    h = Health(lambda: True, stall_after_s=60)
+    h.set_model_loaded()
+    stuck = StuckPartition(TopicPartition("ves", 3), 1200, "UnsupportedCodecError: zstd", time.time())
+    worker = _loop(4)
+    worker.consumer.stuck = {stuck.tp: stuck}
+    h.observe_loop(worker)
+    ok, body = h.readiness()
+    assert not ok and body["checks"]["no_stuck_partitions"] is False
+    assert [(s["topic"], s["partition"], s["offset"], s["reason"]) for s in body["stuck_partitions"]] == [
+        ("ves", 3, 1200, "UnsupportedCodecError: zstd")]
+    worker.consumer.stuck = {}
+    h.observe_loop(worker)
+    assert h.readiness()[0]
 
 
 def test_health_broker_unreachable_not_ready(monkeypatch):

@@ -15,8 +15,11 @@ import sys
 import threading
 
 from worker.commands import supervisor
-from worker.commands.exit_codes import EXIT_DEADLINE, EXIT_DRAINED, EXIT_FENCED, EXIT_SETTINGS
+from worker.commands.exit_codes import (EXIT_DEADLINE, EXIT_DRAINED, EXIT_FENCED, EXIT_MISSING_CODEC,
+                                        EXIT_SETTINGS, EXIT_UNDECODABLE)
 from worker.commands.startup import StartupError, read_settings, start_summarizer
+from worker.kafka.codecs import MissingCodecError, check_codecs
+from worker.kafka.undecodable import UndecodableBatch
 from worker.metrics import WorkerMetrics, gpu_label
 from worker.ops.health import Health, tcp_reachable
 from worker.settings.fields import SettingsError
@@ -103,6 +106,11 @@ def _serve(args: argparse.Namespace) -> int:
     loaded_settings = read_settings(args)
     settings = loaded_settings.settings
     try:
+        check_codecs(settings.kafka.allow_missing_codecs)
+    except MissingCodecError as exc:
+        log.error("%s", exc)
+        return EXIT_MISSING_CODEC
+    try:
         if settings.kafka.gpus and settings.kafka.gpus.strip():
             return supervisor.run_supervised(settings, verbose=settings.log.level == "debug")
     except SettingsError as exc:
@@ -134,6 +142,9 @@ def _serve(args: argparse.Namespace) -> int:
     except ProducerFenced as exc:
         log.error("%s; stopping (the other worker owns this transactional id's work now)", exc)
         code = EXIT_FENCED
+    except UndecodableBatch as exc:
+        log.error("%s; stopping (on_undecodable_batch=exit), the other partitions' work drained", exc)
+        code = EXIT_UNDECODABLE
     finally:
         summarizer.close(drain=False, timeout=5.0)
         if ops.server is not None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -12,6 +13,7 @@ from kafka.errors import KafkaTimeoutError
 from kafka.structs import MemberState, OffsetAndMetadata
 
 from worker.settings.kafka import KafkaSettings
+from worker.kafka.undecodable import StuckPartition, UndecodableBatch, isolate
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,8 @@ class Consumer:
     def __init__(self, settings: KafkaSettings) -> None:
         self.settings = settings
         self._client: KafkaConsumer | None = None
+        self.stuck: dict[TopicPartition, StuckPartition] = {}  # paused at an undecodable batch
+        self.undecodable_batches = 0                             # decode failures, retries included
 
     def open(self, on_revoked: Callable[[set[TopicPartition]], None],
              on_assigned: Callable[[set[TopicPartition]], None]) -> None:
@@ -64,9 +68,55 @@ class Consumer:
         return self._client
 
     def poll(self, timeout_ms: int) -> list:
-        """Records from all unpaused partitions, in offset order per partition. Blocks up to timeout_ms."""
-        batches = self.client.poll(timeout_ms=timeout_ms)
+        """Records from all unpaused partitions, in offset order per partition. Blocks up to timeout_ms.
+        A batch that cannot be decoded pauses its partition (`stuck`) and this poll returns nothing;
+        with on_undecodable_batch "exit" it then raises UndecodableBatch."""
+        self._retry_stuck()
+        try:
+            batches = self.client.poll(timeout_ms=timeout_ms)
+        except Exception as exc:
+            failed = isolate(self.client, exc)
+            if failed is None:
+                raise
+            stuck = self._on_undecodable(*failed, exc)
+            if self.settings.on_undecodable_batch == "exit":
+                raise UndecodableBatch(stuck) from exc
+            return []
+        for tp in self.stuck.keys() & batches.keys():
+            log.info("partition %s[%d] decodes again from offset %d; no longer stuck", tp.topic, tp.partition,
+                     self.stuck.pop(tp).offset)
         return [record for records in batches.values() for record in records]
+
+    def _on_undecodable(self, tp: TopicPartition, offset: int, exc: Exception) -> StuckPartition:
+        self.undecodable_batches += 1
+        reason = f"{type(exc).__name__}: {exc}"
+        retry_at = time.monotonic() + self.settings.undecodable_retry_s
+        known = self.stuck.get(tp)
+        if known is not None and known.offset == offset:
+            known.failures, known.reason, known.retry_at = known.failures + 1, reason, retry_at
+            log.warning("partition %s[%d] still stuck at offset %d (attempt %d): %s", tp.topic, tp.partition,
+                        offset, known.failures, reason)
+            return known
+        self.stuck[tp] = stuck = StuckPartition(tp, offset, reason, time.time(), retry_at=retry_at)
+        log.error("partition %s[%d] stuck: the batch at offset %d cannot be decoded (%s); the partition is "
+                  "paused there, nothing after it is read or committed; the other partitions are served. "
+                  "Retried every %.0fs (on_undecodable_batch=%s)", tp.topic, tp.partition, offset, reason,
+                  self.settings.undecodable_retry_s, self.settings.on_undecodable_batch)
+        return stuck
+
+    def _retry_stuck(self) -> None:
+        """Forget stuck partitions no longer assigned; resume those due for another attempt unless
+        the caller holds other partitions paused (backpressure, drain)."""
+        if not self.stuck:
+            return
+        assigned = self.client.assignment()
+        self.stuck = {tp: s for tp, s in self.stuck.items() if tp in assigned}
+        if set(self.client.paused()) - set(self.stuck):
+            return
+        now = time.monotonic()
+        due = [tp for tp, s in self.stuck.items() if s.retry_at <= now]
+        if due:
+            self.client.resume(*due)
 
     def group_metadata(self):
         """The member's group metadata (id, generation, member id): what a transaction's offsets
@@ -83,7 +133,8 @@ class Consumer:
             self.client.pause(*parts)
 
     def resume(self, partitions: Iterable[TopicPartition]) -> None:
-        parts = [tp for tp in partitions if tp in self.client.assignment()]
+        """Resume `partitions`, except those stuck at an undecodable batch (they resume on their retry)."""
+        parts = [tp for tp in partitions if tp in self.client.assignment() and tp not in self.stuck]
         if parts:
             self.client.resume(*parts)
 

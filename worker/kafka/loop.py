@@ -31,6 +31,7 @@ from worker.kafka.publish import (AckPublisher, Answers, Request, RequestId, Tra
                                   ProducerFenced)
 from worker.kafka.records import Output, Source, decode_message
 from worker.settings.kafka import KafkaSettings
+from worker.kafka.undecodable import UndecodableBatch
 from worker.messages import InvalidRecord, ReasonCode, Summary, TelemetryRecord, failure_reason
 
 __all__ = ["KafkaWorker", "ProducerFenced", "RequestId", "WorkerStats"]
@@ -131,8 +132,12 @@ class KafkaWorker:
         self.consumer.open(self._on_revoked, self._on_assigned)
         self.producer.open()
         try:
-            while not stop.is_set():
-                self._step(fetch=True)
+            try:
+                while not stop.is_set():
+                    self._step(fetch=True)
+            except UndecodableBatch:  # the operator chose to stop: finish the other partitions' work first
+                self._drain()
+                raise
             self._drain()
             if self.observer is not None:
                 self.observer(self)

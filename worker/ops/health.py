@@ -1,7 +1,8 @@
 """Liveness and readiness of one worker process, for /healthz and /readyz.
 
 Ready: the model is loaded, the member holds partitions in a settled group, a bootstrap broker
-accepts a connection, and no drain has begun. Alive: the process answers and, once the poll loop
+accepts a connection, no drain has begun, and no partition is stuck at a batch it cannot decode
+(each stuck one is listed: topic, partition, offset, reason). Alive: the process answers and, once the poll loop
 has started, it stepped within the group's max poll interval (past that the group drops it anyway).
 The loop thread writes (`observe_loop`); the HTTP threads read.
 """
@@ -43,6 +44,7 @@ class Health:
         self._assigned = 0
         self._stable = False
         self._last_step: float | None = None
+        self._stuck: list[dict] = []  # partitions paused at an undecodable batch
         self._broker: tuple[float, bool] | None = None  # (checked at, reachable)
 
     def set_model_loaded(self) -> None:
@@ -53,8 +55,10 @@ class Health:
         """The KafkaWorker observer hook. Only from the loop thread."""
         assigned = len(worker.tracker.partitions())
         stable = worker.consumer.is_stable()
+        stuck = [s.describe() for s in getattr(worker.consumer, "stuck", {}).values()]
         with self._lock:
             self._assigned, self._stable, self._last_step = assigned, stable, time.monotonic()
+            self._stuck = stuck
 
     def liveness(self) -> tuple[bool, dict]:
         with self._lock:
@@ -66,11 +70,12 @@ class Health:
 
     def readiness(self) -> tuple[bool, dict]:
         with self._lock:
-            model, assigned, stable = self._model_loaded, self._assigned, self._stable
+            model, assigned, stable, stuck = self._model_loaded, self._assigned, self._stable, self._stuck
         checks = {"model_loaded": model, "partitions_assigned": assigned > 0 and stable,
-                  "broker_reachable": self._broker_reachable(), "not_draining": not self._draining()}
+                  "broker_reachable": self._broker_reachable(), "not_draining": not self._draining(),
+                  "no_stuck_partitions": not stuck}
         ready = all(checks.values())
-        return ready, {"ready": ready, "checks": checks, "assigned_partitions": assigned}
+        return ready, {"ready": ready, "checks": checks, "assigned_partitions": assigned, "stuck_partitions": stuck}
 
     def _broker_reachable(self) -> bool:
         now = time.monotonic()

@@ -88,7 +88,9 @@ JS = r"""'use strict';
     $('about').textContent = [a.model, a.device, a.attention_backend && ('attention ' + a.attention_backend),
       a.budgets].filter(Boolean).join(' · ');
     const ready = d.ready && d.ready.ready;
-    $('ready').textContent = ready ? 'ready' : 'not ready';
+    const stuck = (d.ready && d.ready.stuck_partitions) || [];
+    $('ready').textContent = ready ? 'ready' : stuck.length
+      ? 'stuck: ' + stuck.map((p) => p.topic + '[' + p.partition + '] at ' + p.offset).join(', ') : 'not ready';
     $('ready').className = 'badge ' + (ready ? 'ok' : 'no');
     if (d.ready && !ready) {
       $('ready').title = Object.entries(d.ready.checks).filter((e) => !e[1]).map((e) => e[0]).join(', ');

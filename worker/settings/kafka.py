@@ -86,6 +86,16 @@ class KafkaSettings(MaskedRepr, msgspec.Struct, frozen=True, kw_only=True, forbi
     worker_id: Annotated[str | None, opt("TELESUM_WORKER_ID",
                                          "this process's id in logs and the metrics' worker label "
                                          "(default: the client id)")] = None
+    # Compressed or corrupt input batches (docs/kafka-consumption.md)
+    on_undecodable_batch: Annotated[Literal["pause", "exit"], opt(
+        "TELESUM_ON_UNDECODABLE_BATCH", "a batch that cannot be decompressed or fails its CRC: 'pause' its "
+                                        "partition there (reported stuck, retried, others served) or 'exit' "
+                                        "(drain the others, exit code 6)")] = "pause"
+    undecodable_retry_s: Annotated[float, opt("TELESUM_UNDECODABLE_RETRY_S",
+                                              "try a stuck partition's batch again after this", gt=0)] = 60.0
+    allow_missing_codecs: Annotated[bool, opt("TELESUM_ALLOW_MISSING_CODECS",
+                                              "start even when a compression codec's library is missing "
+                                              "(default: refuse, exit code 5)")] = False
 
     def __post_init__(self) -> None:
         if len({self.input_topic, self.output_topic, self.dlq_topic}) != 3:

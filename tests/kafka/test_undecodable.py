@@ -1,0 +1,132 @@
+"""A batch the worker cannot decode (its codec's library missing, or a corrupt batch) against a real
+broker: its partition stops at it, visibly, nothing after it is skipped, the others are served; with
+on_undecodable_batch "exit" the worker drains the others and stops."""
+
+from __future__ import annotations
+
+import collections
+import threading
+import uuid
+
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+
+from tests.kafka.fakes import GatedSummarizer, wait_for
+from tests.kafka.foreign import answered_ids, consume_committed, large_record, produce_foreign
+from worker.kafka.loop import KafkaWorker
+from worker.settings.kafka import KafkaSettings
+from worker.kafka.undecodable import UndecodableBatch
+
+pytestmark = pytest.mark.kafka
+
+
+def _settings(bootstrap, inp, out, dlq, **kw) -> KafkaSettings:
+    return KafkaSettings(bootstrap_servers=bootstrap, input_topic=inp, output_topic=out, dlq_topic=dlq,
+                          group_id=f"g-{uuid.uuid4().hex}", session_timeout_ms=6000, heartbeat_interval_ms=500,
+                          commit_interval_s=0.1, poll_timeout_ms=50, **kw)
+
+
+def _run(worker: KafkaWorker, stop: threading.Event) -> tuple[threading.Thread, list]:
+    raised: list = []
+
+    def target() -> None:
+        try:
+            worker.run(stop)
+        except Exception as exc:  # noqa: BLE001 - handed to the test
+            raised.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, raised
+
+
+def _committed(bootstrap: str, group: str, tp: TopicPartition) -> int | None:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        return consumer.committed(tp)
+    finally:
+        consumer.close()
+
+
+@pytest.fixture
+def two_partitions_one_zstd_batch(kafka_bootstrap, make_topic):
+    """Partition 0: 3 plain records, one zstd batch of 4, 2 plain; partition 1: 8 plain records."""
+    inp, out, dlq = make_topic("in", 2), make_topic("out"), make_topic("dlq")
+    ids0 = produce_foreign(kafka_bootstrap, inp, [large_record(i, "p0a") for i in range(3)], partition=0)
+    zstd = produce_foreign(kafka_bootstrap, inp, [large_record(i, "p0z") for i in range(4)], "zstd", partition=0)
+    ids0 += zstd + produce_foreign(kafka_bootstrap, inp, [large_record(i, "p0b") for i in range(2)], partition=0)
+    ids1 = produce_foreign(kafka_bootstrap, inp, [large_record(i, "p1") for i in range(8)], partition=1)
+    return inp, out, dlq, ids0, ids1
+
+
+def test_undecodable_batch_pauses_its_partition_serves_the_others_and_resumes(
+        kafka_bootstrap, two_partitions_one_zstd_batch, monkeypatch):
+    import kafka.codec
+
+    inp, out, dlq, ids0, ids1 = two_partitions_one_zstd_batch
+    monkeypatch.setattr(kafka.codec, "has_zstd", lambda: False)  # as when `zstandard` is not installed
+    settings = _settings(kafka_bootstrap, inp, out, dlq, undecodable_retry_s=0.5)
+    worker = KafkaWorker(settings, GatedSummarizer(), model_name="fake")
+    stop = threading.Event()
+    thread, raised = _run(worker, stop)
+    got = consume_committed(kafka_bootstrap, [out, dlq], lambda g: len(g) >= 11)
+    bad = TopicPartition(inp, 0)
+    wait_for(lambda: worker.consumer.undecodable_batches >= 2)  # retried, still failing
+    assert collections.Counter(answered_ids(got, out)) == collections.Counter(ids0[:3] + ids1)
+    stuck = worker.consumer.stuck[bad]
+    assert (stuck.offset, stuck.failures >= 2) == (3, True) and "zstd" in stuck.reason
+    assert bad in worker.consumer.paused() and TopicPartition(inp, 1) not in worker.consumer.stuck
+    wait_for(lambda: _committed(kafka_bootstrap, settings.group_id, bad) == 3)  # nothing past it
+
+    monkeypatch.undo()  # the library is back: the next retry decodes the batch
+    got = consume_committed(kafka_bootstrap, [out, dlq], lambda g: len(g) >= 17)
+    stop.set()
+    thread.join(30)
+    assert not raised
+    assert collections.Counter(answered_ids(got, out)) == collections.Counter(ids0 + ids1)
+    assert worker.consumer.stuck == {} and worker.stats.dead_letters == 0
+    assert _committed(kafka_bootstrap, settings.group_id, bad) == len(ids0)
+
+
+def test_corrupt_batch_is_reported_stuck_with_its_offset(kafka_bootstrap, two_partitions_one_zstd_batch,
+                                                         monkeypatch):
+    import kafka.record.default_records as default_records
+
+    def corrupt(_payload):
+        raise ValueError("Unknown frame descriptor")  # what zstandard says of a damaged frame
+
+    inp, out, dlq, ids0, ids1 = two_partitions_one_zstd_batch
+    monkeypatch.setattr(default_records, "zstd_decode", corrupt)
+    worker = KafkaWorker(_settings(kafka_bootstrap, inp, out, dlq), GatedSummarizer(), model_name="fake")
+    stop = threading.Event()
+    thread, raised = _run(worker, stop)
+    got = consume_committed(kafka_bootstrap, [out, dlq], lambda g: len(g) >= 11)
+    wait_for(lambda: TopicPartition(inp, 0) in worker.consumer.stuck)
+    stop.set()
+    thread.join(30)
+    stuck = worker.consumer.stuck[TopicPartition(inp, 0)]
+    assert (stuck.offset, stuck.reason) == (3, "ValueError: Unknown frame descriptor")
+    assert collections.Counter(answered_ids(got, out)) == collections.Counter(ids0[:3] + ids1)
+    assert not raised and worker.stats.drained_cleanly
+
+
+def test_undecodable_batch_exit_drains_the_other_partitions_then_raises(
+        kafka_bootstrap, two_partitions_one_zstd_batch, monkeypatch):
+    import kafka.codec
+
+    inp, out, dlq, ids0, ids1 = two_partitions_one_zstd_batch
+    monkeypatch.setattr(kafka.codec, "has_zstd", lambda: False)
+    settings = _settings(kafka_bootstrap, inp, out, dlq, on_undecodable_batch="exit",
+                         processing_guarantee="exactly-once")
+    worker = KafkaWorker(settings, GatedSummarizer(), model_name="fake")
+    thread, raised = _run(worker, threading.Event())
+    thread.join(60)
+    assert not thread.is_alive() and len(raised) == 1 and isinstance(raised[0], UndecodableBatch)
+    assert (raised[0].stuck.tp, raised[0].stuck.offset) == (TopicPartition(inp, 0), 3)
+    assert worker.stats.drained_cleanly
+    got = consume_committed(kafka_bootstrap, [out, dlq], lambda g: False, wait_s=5)
+    answered = set(answered_ids(got, out))
+    # What was read before the stop is answered and committed; nothing of the bad batch or after it.
+    assert answered <= set(ids0[:3] + ids1) and not answered & set(ids0[3:])
+    committed = _committed(kafka_bootstrap, settings.group_id, TopicPartition(inp, 0))
+    assert committed is None or committed <= 3

@@ -1,0 +1,79 @@
+"""A fetched batch that cannot be decoded (its codec's library is missing, or it is corrupt) stops
+only its own partition.
+
+kafka-python raises such an error from `poll()` for the whole call, and in 3.0 it leaves the dead
+record iterator in line: every later `poll()` spins on it without returning. `isolate` finds the
+partition and the first offset not delivered from the fetcher's in-line records (kafka-python has
+no public way to say which partition failed), drops them, pauses that partition and seeks it back
+to that offset. Nothing is skipped: the partition stays stuck there, visible (log, metric, /readyz),
+and is tried again after a while (the library may have been installed, the fetch may have been bad),
+while the other partitions are served.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from kafka import KafkaConsumer, TopicPartition
+
+log = logging.getLogger(__name__)
+
+# The generator in kafka-python's fetcher that checks CRCs and decompresses fetched batches.
+_DECODER_FRAME = "_unpack_records"
+
+
+@dataclass
+class StuckPartition:
+    """A partition paused at a batch that could not be decoded."""
+
+    tp: TopicPartition
+    offset: int            # the first offset not delivered: the failed batch holds it
+    reason: str            # the decoder's error, e.g. "UnsupportedCodecError: Libraries for zstd ..."
+    since: float           # wall-clock time of the first failure
+    failures: int = 1
+    retry_at: float = 0.0  # monotonic time of the next attempt
+
+    def describe(self) -> dict:
+        return {"topic": self.tp.topic, "partition": self.tp.partition, "offset": self.offset,
+                "reason": self.reason, "failures": self.failures, "stuck_for_s": round(time.time() - self.since, 1)}
+
+
+class UndecodableBatch(Exception):
+    """The operator chose to stop on an undecodable batch (`on_undecodable_batch = "exit"`)."""
+
+    def __init__(self, stuck: StuckPartition) -> None:
+        super().__init__(f"undecodable batch at {stuck.tp.topic}[{stuck.tp.partition}] offset {stuck.offset}: "
+                         f"{stuck.reason}")
+        self.stuck = stuck
+
+
+def is_decode_error(exc: BaseException) -> bool:
+    """True when `exc` was raised while kafka-python checked or decompressed fetched records."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == _DECODER_FRAME:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def isolate(client: KafkaConsumer, exc: BaseException) -> tuple[TopicPartition, int] | None:
+    """After `poll()` raised `exc`: when it is a decode error, pause the failed partition at its first
+    undelivered offset and clear kafka-python's in-line records so the next poll serves the others.
+    Returns (partition, offset), or None when `exc` is something else. Only from the consumer's thread."""
+    if not is_decode_error(exc):
+        return None
+    fetcher = client._fetcher
+    in_line = fetcher._next_partition_records
+    if in_line is None:
+        return None
+    tp, offset = in_line.topic_partition, in_line.next_fetch_offset
+    in_line.drain()
+    fetcher._next_partition_records = None
+    fetcher._next_in_line_exception_metadata = None
+    if tp in client.assignment():  # else a rebalance took it meanwhile: its new owner meets the batch
+        client.pause(tp)
+        client.seek(tp, offset)
+    return tp, offset
