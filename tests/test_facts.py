@@ -300,10 +300,10 @@ REF = datetime(2026, 1, 5, tzinfo=timezone.utc)
     ("KERNDTLB 1117955460 2005.06.05 R21-M1-N6-C:J03-U01 2005-06-05-00.11.00.441201 R21-M1-N6-C:J03-U01 RAS KERNEL "
      "FATAL data TLB error interrupt", "ras", "R21-M1-N6-C:J03-U01", "ras kernel", "critical"),
     ("2022-06-18T09:40:01.511Z 10.12.0.14 <187>Jun 18 09:40:01 sw-access-14 %LINK-3-UPDOWN: Interface Gi1/0/24 down",
-     "rfc3164", "sw-access-14", "%LINK-3-UPDOWN", "major"),
+     "cisco", "sw-access-14", "%LINK-3-UPDOWN", "major"),
     ("1764410400 10.1.2.3 <11>Mar  2 08:14:05 sshd[12]: error: kex_exchange_identification", "rfc3164", "10.1.2.3",
      "sshd", "major"),
-    ("2026-03-02 08:14:05,123 ERROR [main] com.acme.Foo: boom", "iso", None, None, "major"),
+    ("2026-03-02 08:14:05,123 ERROR [main] com.acme.Foo: boom", "applog", None, "com.acme.Foo", "major"),
     ("- 1131567345 2005.11.09 cl-admin2 Nov 9 12:15:45 local@cl-admin2 /opt/x86_64/ganglia/sbin/gmetad[1703]: "
      "poll of source [rack_B4] timed out", "bsd", "cl-admin2", "gmetad", "warning"),  # never `x86_64`
 ])

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta, timezone
-from typing import NamedTuple
 
 from worker.facts.common import epoch_unit, parse_iso
-from worker.facts.levels import LEVEL_NAMES, PRI_SEVERITY, message_severity
+from worker.facts import applog, devicelog
+from worker.facts.levels import LEVEL_NAMES, PRI_SEVERITY, message_severity, vendor_level
+from worker.facts.logline import MONTHS, LogLine
 
-MONTHS = {m: i for i, m in enumerate(
-    ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), start=1)}
+__all__ = ["LogLine", "parse_line"]
+
 
 _PRI = re.compile(r"<(\d{1,3})>")
 _RFC5424 = re.compile(r"(\d{1,2}) (\S+) (\S+) (\S+) (\S+) (\S+)(?: (.*))?$")
@@ -48,18 +49,6 @@ _RAS_HEAD = re.compile(
     r"WARNING|NOTICE|INFO|DEBUG)\b)")
 _UPTIME = re.compile(r"^\[\s*\d+\.\d+\]\s*")
 _MAX_PREFIX_TOKENS = 5
-
-
-class LogLine(NamedTuple):
-    time: datetime | None  # timezone-aware; a BSD time without zone is read as UTC
-    year_known: bool       # False when a BSD time's year came from the reference time
-    host: str | None
-    app: str | None
-    msgid: str | None
-    pri: int | None
-    severity: str          # on the shared scale (from PRI when present, else level words)
-    text: str
-    shape: str             # rfc5424, rfc3164, bsd, iso, ras
 
 
 def _nil(value: str | None) -> str | None:
@@ -107,7 +96,8 @@ def _message(text: str) -> str:
 
 def _finish(pri, when, year_known, host, app, msgid, text, shape) -> LogLine:
     text = _message(text)
-    severity = PRI_SEVERITY[pri % 8] if pri is not None else message_severity(text)
+    # a vendor code is the message's own level: a relay stamps `<13>` on lines that came without a PRI
+    severity = vendor_level(text) or (PRI_SEVERITY[pri % 8] if pri is not None else message_severity(text))
     return LogLine(when, year_known, _nil(host), _nil(app), _nil(msgid), pri, severity, text, shape)
 
 
@@ -240,6 +230,12 @@ def parse_line(line: str, reference: datetime | None = None) -> LogLine | None:
     if not line:
         return None
     reference = reference or datetime.now(timezone.utc)
+    device = devicelog.parse(line, reference)
+    if device is not None:
+        return device
+    app = applog.parse(line, reference)
+    if app is not None:
+        return app
     parsed = _parse_header(line, reference)
     if parsed is not None:
         if parsed.shape == "iso" and _PRI.match(parsed.text) or _BSD_TIME.match(parsed.text):

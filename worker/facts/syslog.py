@@ -3,7 +3,9 @@
 The lines are grouped into templates (`groups`); the problem is the dominant templates, ranked by
 count weighted by severity (each step of the scale weighs ten times the next: one `critical` line
 outranks 9 `major` ones, 38 failed logins outrank one `error`), written with their counts. The
-severity is the worst seen; the element is the host that logged the leading problem most.
+severity is the worst seen. The element is a sender of the window: the one with the worst severity,
+then the most lines (lines addressing the model do not count); a window whose lines name no sender
+(application logs) takes the service its log file is named for, else none (the record's attributes).
 """
 
 from __future__ import annotations
@@ -54,6 +56,27 @@ def _problem_groups(groups: list[Group]) -> list[Group]:
     return ranked
 
 
+def _sender(lines: list[LogLine], addressed: list[Group]) -> str | None:
+    """The host with the worst severity, then the most lines; None when no line names a host."""
+    ignored = {g.text() for g in addressed}
+    worst: dict[str, int] = {}
+    count: Counter = Counter()
+    for line in lines:
+        if line.host is None or (ignored and aimed_at_model(line.text)):
+            continue
+        rank = SEVERITY_RANK[line.severity]
+        worst[line.host] = min(rank, worst.get(line.host, rank))
+        count[line.host] += 1
+    if not count:
+        return None
+    return min(count, key=lambda host: (worst[host], -count[host]))  # first seen on ties
+
+
+def _most(values) -> str | None:
+    counts = Counter(v for v in values if v)
+    return counts.most_common(1)[0][0] if counts else None
+
+
 def _phrase(group: Group, with_app: bool) -> str:
     text = group.text()
     if with_app and group.app:
@@ -78,7 +101,7 @@ def parse(text: str, reference: datetime | None = None, reference_source: str = 
     worst = min((g.severity for g in trusted), key=SEVERITY_RANK.__getitem__)
     hosts = Counter(line.host for line in lines if line.host)
     apps = Counter(line.app for line in lines if line.app)
-    entity = leading[0].main_host() or (hosts.most_common(1)[0][0] if hosts else None)
+    entity = _sender(lines, addressed) or _most(line.source for line in lines)
     times = [line.time for line in lines if line.time is not None]
     shown = leading[:PROBLEM_TEXT_GROUPS]
     # the lead's app is in details: a small model that reads `sshd: ...` first drifts into log lines

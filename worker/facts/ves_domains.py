@@ -3,9 +3,16 @@
 fault, measurement, heartbeat, thresholdCrossingAlert, notification, pnfRegistration, stateChange,
 syslog, and stndDefined carrying a 3GPP TS 28.532 alarm notification (`notifyNewAlarm`, ...).
 A domain not listed here is read by its header alone (see `ves.py`).
+
+The problem is the alarm: `specificProblem`, else the alarm's name, else `alarmCondition` /
+`probableCause`. An identifier in one of those fields (a neighbour cell id such as `Chn0001`, a
+notification type such as `notifyNewAlarm`) is a detail, never the problem; a camelCase alarm name
+is written out in words (`lossOfSignal` -> `loss of signal`) so that it reads as a phrase.
 """
 
 from __future__ import annotations
+
+import re
 
 from worker.facts.common import worst_severity
 from worker.facts.levels import PRI_SEVERITY
@@ -28,6 +35,55 @@ MEM_MAJOR, MEM_MINOR = 90.0, 80.0
 
 Reading = tuple[str | None, str | None, dict[str, str], list[str]]  # severity, problem, details, errors
 
+# Keys (compared without case, `-` or `_`) that name an alarm, in the order they are trusted.
+ALARM_KEYS = ("specificproblem", "alarmname", "alarmtext", "alarmcondition", "probablecause", "additionaltext")
+NOTIFICATION_TYPES = ("notifynewalarm", "notifychangedalarm", "notifyclearedalarm", "notifyalarmlistrebuilt",
+                      "notifycorrelatednotificationchanged", "notifyackstatechanged", "notifycomments")
+_IDENTIFIER = re.compile(r"(?=[\w.:/-]*\d)[\w.:/-]+")  # one token holding a digit: `Chn0001`, `0x1f`, `12`
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+
+def _is_identifier(value: str) -> bool:
+    value = value.strip()
+    return not value or (_IDENTIFIER.fullmatch(value) is not None and not _CAMEL.search(value)) or \
+        value.replace("_", "").lower() in NOTIFICATION_TYPES
+
+
+def alarm_phrase(value) -> str | None:
+    """An alarm field as the problem: None for an identifier; a camelCase or SNAKE_CASE name in words."""
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        return None
+    text = str(value).strip()
+    if _is_identifier(text):
+        return None
+    if " " not in text and (_CAMEL.search(text) or "_" in text):
+        words = _CAMEL.sub(" ", text.replace("_", " ")).split()
+        text = " ".join(w if w.isupper() and len(w) > 1 and not text.isupper() else w.lower() for w in words)
+    return text
+
+
+def find_alarm(fields: dict, depth: int = 3) -> tuple[str, str] | None:
+    """(key, phrase) of the first alarm-naming field in `fields` or below it (ALARM_KEYS order)."""
+    found: dict[str, str] = {}
+
+    def walk(node, level):
+        if level > depth or not isinstance(node, dict):
+            return
+        for key, value in node.items():
+            norm = str(key).replace("-", "").replace("_", "").lower()
+            if norm in ALARM_KEYS and norm not in found:
+                phrase = alarm_phrase(value)
+                if phrase:
+                    found[norm] = phrase
+            elif isinstance(value, dict):
+                walk(value, level + 1)
+            elif isinstance(value, list):
+                for item in value[:16]:
+                    walk(item, level + 1)
+
+    walk(fields, 0)
+    return next(((k, found[k]) for k in ALARM_KEYS if k in found), None)
+
 
 def _str_fields(fields: dict, names) -> dict[str, str]:
     return {k: str(fields[k]) for k in names if fields.get(k) not in (None, "", [], {})}
@@ -45,10 +101,13 @@ def fault(event: dict) -> Reading:
     severity = VES_SEVERITY.get(raw)
     if raw and severity is None:
         errors.append(f"unknown eventSeverity {fields['eventSeverity']!r}")
-    problem = fields.get("specificProblem") or fields.get("alarmCondition")
+    alarm = find_alarm(fields)
+    problem = alarm[1] if alarm else None
     if problem and raw == "NORMAL":
         problem = f"{problem} cleared"
     details = _str_fields(fields, ("alarmCondition", "eventSourceType", "vfStatus", "alarmInterfaceA"))
+    if fields.get("specificProblem") and (alarm is None or alarm[0] != "specificproblem"):
+        details["specificProblem"] = str(fields["specificProblem"])
     if raw:
         details["eventSeverity"] = raw
     return severity, problem, details, errors
@@ -188,9 +247,11 @@ def stnd_defined(event: dict) -> Reading:
     errors = [f"unknown perceivedSeverity {data['perceivedSeverity']!r}"] if raw and severity is None else []
     if raw:
         details["perceivedSeverity"] = raw
-    problem = data.get("specificProblem") or data.get("probableCause") or data.get("additionalText")
-    if problem and data.get("probableCause") and data.get("probableCause") != problem:
-        problem = f"{problem} ({data['probableCause']})"
+    alarm = find_alarm(data)
+    problem = alarm[1] if alarm else None
+    cause = alarm_phrase(data.get("probableCause"))
+    if problem and cause and cause != problem and alarm[0] != "probablecause":
+        problem = f"{problem} ({cause})"
     if kind == "notifyClearedAlarm" or raw == "CLEARED":
         severity, problem = "info", f"{problem or 'alarm'} cleared"
     elif not problem and kind:
