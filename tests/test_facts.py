@@ -258,7 +258,8 @@ def _fixture_record(name: str) -> TelemetryRecord:
     want = EXPECTED[name]
     text = (FIXTURES / name).read_text(encoding="utf-8")
     body = json.loads(text) if name.endswith(".json") else text
-    return TelemetryRecord(id=name, kind=want["kind"], body=body, timestamp=want.get("timestamp"))
+    return TelemetryRecord(id=name, kind=want["kind"], body=body, timestamp=want.get("timestamp"),
+                           attributes=want.get("attributes", {}))
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

@@ -28,7 +28,7 @@ from worker.facts.levels import PRI_SEVERITY
 from worker.facts.logline import MONTH_NAMES, MONTHS, ZONE_MINUTES, LogLine, with_year, zone_of
 
 _CODE = re.compile(
-    r"%%\s?\d{2}\s?(?P<hw>[A-Z][A-Z0-9_-]*/(?P<hwsev>[0-7])/[A-Z0-9_]+)(?:\([a-z]\))?(?:\[\d+\])?\s*:\s*|"
+    r"%%\s?\d{2}\s?(?P<hw>[A-Z][A-Z0-9_-]*/(?P<hwsev>[0-7])/[A-Za-z0-9_]+)(?:\([a-z]\))?(?:\[\d+\])?\s*:\s*|"
     r"(?P<cisco>%(?:[A-Z][A-Z0-9_]*-){1,2}(?P<sev>[0-7])-[A-Z0-9_]+)\s?:\s*")
 _ZONE_NAMES = "|".join(sorted(ZONE_MINUTES, key=len, reverse=True))
 _ZONE = r"(?: ?(?P<zone>(?:(?:" + _ZONE_NAMES + r")(?:[+-]\d{1,2}(?::?\d{2})?)?|[+-]\d{2}:?\d{2})(?: DST)?))?"

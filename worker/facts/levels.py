@@ -36,7 +36,7 @@ _LEVEL_FIELD = re.compile(
     r"(?:^|\s)(EMERG(?:ENCY)?|ALERT|CRIT(?:ICAL)?|FATAL|PANIC|ERR(?:OR)?|SEVERE|FAILURE|WARN(?:ING)?|"
     r"NOTICE|INFO|DEBUG)(?=[\s:\]]|$)", re.IGNORECASE)
 # `%LINK-3-UPDOWN`, `%PKT_INFRA-LINK-3-UPDOWN`, `%ASA-4-106023`; `%%01IFNET/4/LINK_STATE(l)`.
-VENDOR_CODE = re.compile(r"%(?:[A-Z][A-Z0-9_]*-){1,2}([0-7])-[A-Z0-9_]+|%%\s?\d{2}\s?[A-Z][A-Z0-9_-]*/([0-7])/[A-Z0-9_]+")
+VENDOR_CODE = re.compile(r"%(?:[A-Z][A-Z0-9_]*-){1,2}([0-7])-[A-Z0-9_]+|%%\s?\d{2}\s?[A-Z][A-Z0-9_-]*/([0-7])/[A-Za-z0-9_]+")
 _MESSAGE_WORDS = (
     ("critical", re.compile(r"\b(?:kernel panic|panic|fatal|emergency|critical)\b", re.IGNORECASE)),
     ("warning", re.compile(r"authentication failure|failed password|invalid user|break-in attempt|"

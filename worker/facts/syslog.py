@@ -56,25 +56,21 @@ def _problem_groups(groups: list[Group]) -> list[Group]:
     return ranked
 
 
-def _sender(lines: list[LogLine], addressed: list[Group]) -> str | None:
-    """The host with the worst severity, then the most lines; None when no line names a host."""
-    ignored = {g.text() for g in addressed}
+def _sender(lines: list[LogLine], addressed: list[Group], field: str) -> str | None:
+    """The `field` (host, or a log file's service) with the worst severity, then the most lines;
+    None when no line names one."""
     worst: dict[str, int] = {}
     count: Counter = Counter()
     for line in lines:
-        if line.host is None or (ignored and aimed_at_model(line.text)):
+        name = getattr(line, field)
+        if name is None or (addressed and aimed_at_model(line.text)):
             continue
         rank = SEVERITY_RANK[line.severity]
-        worst[line.host] = min(rank, worst.get(line.host, rank))
-        count[line.host] += 1
+        worst[name] = min(rank, worst.get(name, rank))
+        count[name] += 1
     if not count:
         return None
     return min(count, key=lambda host: (worst[host], -count[host]))  # first seen on ties
-
-
-def _most(values) -> str | None:
-    counts = Counter(v for v in values if v)
-    return counts.most_common(1)[0][0] if counts else None
 
 
 def _phrase(group: Group, with_app: bool) -> str:
@@ -101,7 +97,7 @@ def parse(text: str, reference: datetime | None = None, reference_source: str = 
     worst = min((g.severity for g in trusted), key=SEVERITY_RANK.__getitem__)
     hosts = Counter(line.host for line in lines if line.host)
     apps = Counter(line.app for line in lines if line.app)
-    entity = _sender(lines, addressed) or _most(line.source for line in lines)
+    entity = _sender(lines, addressed, "host") or _sender(lines, addressed, "source")
     times = [line.time for line in lines if line.time is not None]
     shown = leading[:PROBLEM_TEXT_GROUPS]
     # the lead's app is in details: a small model that reads `sshd: ...` first drifts into log lines
