@@ -63,6 +63,17 @@ def _facts(kind, body, **kw):
      "huawei", "agg-zürich-1", "DEVM/1/hwBoardFail_active", "critical", datetime(2026, 11, 14, 3, 0, 7, tzinfo=UTC)),
     ("<187>2009-09-21T15:32:55 Sysname %%10IFNET/3/LINK_UPDOWN(l): Ethernet0/6 link status is DOWN.",
      "huawei", "Sysname", "IFNET/3/LINK_UPDOWN", "major", datetime(2009, 9, 21, 15, 32, 55, tzinfo=UTC)),
+    # a device's line without a code keeps its year-first time (NX-OS)
+    ("<189>: 2026 Nov 14 10:12:01 nx-leaf1 ntpd[22]: NTP sync lost", "rfc3164", "nx-leaf1", "ntpd", "info",
+     datetime(2026, 11, 14, 10, 12, 1, tzinfo=UTC)),
+    # Nokia SR OS names the X.733 severity inside its event id
+    ("Nov 14 10:12:01 sros-pe-3 TMNX: 4521 Base SNMP-MAJOR-linkDown-2004 [Port 1/1/1]:  Interface 1/1/1 is not "
+     "operational", "bsd", "sros-pe-3", "TMNX", "major", datetime(2026, 11, 14, 10, 12, 1, tzinfo=UTC)),
+    # FortiGate key=value behind a PRI: devname is the element, level its severity
+    ('<185>date=2026-11-14 time=10:12:01 devname="FGT-EDGE-1" devid="FG100F" type="event" subtype="system" '
+     'level="alert" logdesc="Admin login failed" srcip=203.0.113.5 msg="Administrator admin login failed from '
+     'https(203.0.113.5) because of invalid password"', "logfmt", "FGT-EDGE-1", "system", "critical",
+     datetime(2026, 11, 14, 10, 12, 1, tzinfo=UTC)),
 ])
 def test_device_line_host_code_severity_and_time(line, shape, host, app, severity, when):
     parsed = parse_line(line, REF)

@@ -10,7 +10,10 @@
   logfmt (`time=... level=error msg="..."`, logrus, slog); glog/klog (`E1114 10:12:01.123456 12 f.go:42] msg`);
 - nginx error log (`2026/11/14 10:12:01 [error] 1234#1234: *5 msg`) and Apache error log
   (`[Sat Nov 14 10:12:01.123 2026] [core:error] [pid 1:tid 2] [client 192.0.2.1:5] msg`);
-- HPC cluster logs (LANL layout `id node component state epoch flag message`).
+- HPC cluster logs (LANL layout `id node component state epoch flag message`);
+- key=value device logs (FortiGate `date=... time=... devname="FGT-1" level="alert" msg="..."`,
+  behind a PRI or not), HealthApp-style `yyyyMMdd-HH:mm:ss:SSS|component|pid|msg`, and
+  Proxifier-style `[MM.dd HH:mm:ss] program - msg`; Android logcat `MM-DD HH:MM:SS.mmm pid tid L tag: msg`.
 
 A line may start with the name of the log file it came from (`nova-compute.log.1.2017-05-16_13:53:08 ...`):
 the file is never the element; its service (`nova-compute`) is the line's `source`. These layouts name
@@ -29,13 +32,14 @@ from worker.facts.common import parse_iso
 from worker.facts.levels import LEVEL_NAMES, PRI_SEVERITY, message_severity
 from worker.facts.logline import MONTH_NAMES, MONTHS, LogLine, with_year
 
-APP_LEVELS = {**LEVEL_NAMES, "FINE": "info", "FINER": "info", "FINEST": "info", "CONFIG": "info",
+APP_LEVELS = {**LEVEL_NAMES, "NOTIFICATION": "info", "INFORMATION": "info", "FINE": "info", "FINER": "info", "FINEST": "info", "CONFIG": "info",
               "VERBOSE": "info", "DBG": "info", "WRN": "warning", "ERR": "major", "CRT": "critical"}
 _SINGLE_LETTER = {"V": "info", "D": "info", "I": "info", "W": "warning", "E": "major", "F": "critical",
                   "A": "critical"}
 _APACHE_LEVEL = {"emerg": 0, "alert": 1, "crit": 2, "error": 3, "warn": 4, "notice": 5, "info": 6, "debug": 7}
 MAX_FIELDS_BEFORE_LEVEL = 4
 
+_PRI_KV = re.compile(r"<\d{1,3}>(?=(?:date|time|ts|level|logver)=)")
 _FILE_PREFIX = re.compile(r"(?P<file>[\w.-]+?\.(?:log|out|err)(?:[.\w:-]*)?) +")
 _LEAD_TIME = re.compile(
     r"\[?(?P<iso>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?: ?(?:Z|[+-]\d{2}:?\d{2}))?)\]?,?(?= )|"
@@ -51,6 +55,8 @@ _APACHE = re.compile(r"\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>" + MONTH_NAMES
 _PY_DEFAULT = re.compile(r"(?P<lvl>CRITICAL|ERROR|WARNING|INFO|DEBUG):(?P<logger>[\w.]+):(?P<msg>.*)")
 _HPC = re.compile(r"\d+ (?P<node>[\w.-]+) (?P<comp>\S+) (?P<state>\S+) (?P<epoch>\d{9,10}) \d+ (?P<msg>.*)")
 _LOGFMT_PAIR = re.compile(r'(\w[\w.]*)=("(?:[^"\\]|\\.)*"|\S*)')
+_PIPES = re.compile(r"(?P<d>\d{8})-(?P<hms>\d{2}:\d{2}:\d{2}):(?P<f>\d{3})\|(?P<comp>[^|]+)\|\d+\|(?P<msg>.*)")
+_BRACKET_SHORT = re.compile(r"\[(?P<mo>[01]\d)\.(?P<dd>[0-3]\d) (?P<hms>\d{2}:\d{2}:\d{2})\] (?P<prog>\S+) - (?P<msg>.*)")
 _NGINX = re.compile(r"\[(?P<lvl>emerg|alert|crit|error|warn|notice|info|debug)\] \d+#\d+: (?:\*\d+ )?(?P<msg>.*)")
 _SELF_ADDRESS = re.compile(r"(?P<host>(?:\d{1,3}\.){3}\d{1,3}:\d+|[\w-]+(?:\.[\w-]+)+:\d+):(?=\S)")
 _OSLO = re.compile(r" \d+ [A-Z]+ [a-z_]+(?:\.\w+)+ ")  # oslo.log: pid, level, dotted logger
@@ -189,20 +195,25 @@ def _logfmt(line: str, reference: datetime, source: str | None) -> LogLine | Non
     stamp = pairs.get("time") or pairs.get("ts") or pairs.get("timestamp")
     if level is None and stamp is None:
         return None
+    if pairs.get("date") and stamp and ":" in stamp and "-" not in stamp:  # FortiGate: date=... time=...
+        stamp = f"{pairs['date']}T{stamp}{pairs.get('tz', '')}"
     when = parse_iso(stamp) if stamp else None
     if when is not None and when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
-    message = pairs.get("msg") or pairs.get("message") or pairs.get("error") or line
     severity = APP_LEVELS.get(level.upper(), None) if level else None
-    return _line(when, True, pairs.get("host") or pairs.get("hostname"),
-                 pairs.get("logger") or pairs.get("component") or pairs.get("caller"),
+    message = pairs.get("msg") or pairs.get("message") or pairs.get("logdesc") or pairs.get("error") or line
+    return _line(when, True, pairs.get("host") or pairs.get("hostname") or pairs.get("devname"),
+                 pairs.get("logger") or pairs.get("component") or pairs.get("caller") or pairs.get("subtype"),
                  severity or message_severity(message), message, "logfmt", source)
 
 
 def parse(line: str, reference: datetime) -> LogLine | None:
     """An application log line (see the module docstring) as a LogLine, or None."""
     first = line[:1]
-    if first == "<" or line[:3] in MONTHS:  # syslog
+    if first == "<":
+        pri = _PRI_KV.match(line)  # key=value behind a PRI (FortiGate)
+        return _logfmt(line[pri.end():], reference, None) if pri else None
+    if line[:3] in MONTHS:  # syslog
         return None
     source = None
     prefix = _FILE_PREFIX.match(line) if not first.isdigit() and first != "[" else None
@@ -219,6 +230,13 @@ def parse(line: str, reference: datetime) -> LogLine | None:
             text = hpc.group("msg")
             severity = message_severity(f"{hpc.group('state')} {text}")
             return _line(when, True, hpc.group("node"), hpc.group("comp"), severity, text, "hpc", source)
+        pipes = _PIPES.fullmatch(line)
+        if pipes:
+            try:
+                when = datetime.strptime(pipes["d"] + pipes["hms"] + pipes["f"], "%Y%m%d%H:%M:%S%f").replace(tzinfo=timezone.utc)
+            except ValueError:
+                when = None
+            return _line(when, True, None, pipes["comp"], message_severity(pipes["msg"]), pipes["msg"], "pipes", source)
         logcat = _LOGCAT.fullmatch(line)
         if logcat:
             when = _no_year(logcat["mo"], logcat["dd"], logcat["hms"], logcat["f"], reference)
@@ -237,6 +255,11 @@ def parse(line: str, reference: datetime) -> LogLine | None:
             level = apache["lvl"].rstrip("0123456789")
             severity = PRI_SEVERITY[_APACHE_LEVEL.get(level, 7)]
             return _line(when, True, None, apache["mod"] or "httpd", severity, apache["msg"], "apache", source)
+        short = _BRACKET_SHORT.fullmatch(line)
+        if short:
+            when = _no_year(short["mo"], short["dd"], short["hms"], None, reference)
+            return LogLine(when, False, None, short["prog"], None, None, message_severity(short["msg"]),
+                           short["msg"].strip(), "proxifier", source)
         return _timed(line, reference, source)
     if first in "IWEF" and line[1:2].isdigit():
         klog = _KLOG.fullmatch(line)
@@ -244,7 +267,7 @@ def parse(line: str, reference: datetime) -> LogLine | None:
             when = _no_year(klog["mo"], klog["dd"], klog["hms"], klog["f"], reference)
             return LogLine(when, False, None, klog["caller"], None, None, _SINGLE_LETTER[klog["lvl"]],
                            klog["msg"].strip(), "klog", source)
-    if line.startswith(("time=", "ts=", "level=", "lvl=", "t=")):
+    if line.startswith(("time=", "ts=", "level=", "lvl=", "t=", "date=", "logver=")):
         return _logfmt(line, reference, source)
     py = _PY_DEFAULT.fullmatch(line)
     if py:

@@ -5,6 +5,7 @@ The mapping onto the shared scale (checked in this order, the first match wins):
 0. a vendor message code, the message's own level (its digit is a syslog severity 0-7), ahead of
    every word in the message: Cisco IOS/IOS-XE/NX-OS/EOS `%FAC-3-MNEMONIC`, IOS-XR
    `%FAC-SUBFAC-3-MNEMONIC`, ASA/FTD `%ASA-3-106023`, Huawei VRP / H3C `%%01IFNET/3/LINK_STATE`;
+   Nokia SR OS `SNMP-WARNING-linkDown-2004` states an X.733 severity by name;
 1. an explicit level field — a whole upper-case word such as `FATAL`, `ERROR`, `WARN`, `INFO`
    (BGL/RAS-style `RAS KERNEL FATAL`), `level=error`, `<err>` — mapped as syslog severities are:
    emerg/alert/crit/fatal/panic -> critical, err/error/severe/failure -> major, warn/warning ->
@@ -37,6 +38,11 @@ _LEVEL_FIELD = re.compile(
     r"NOTICE|INFO|DEBUG)(?=[\s:\]]|$)", re.IGNORECASE)
 # `%LINK-3-UPDOWN`, `%PKT_INFRA-LINK-3-UPDOWN`, `%ASA-4-106023`; `%%01IFNET/4/LINK_STATE(l)`.
 VENDOR_CODE = re.compile(r"%(?:[A-Z][A-Z0-9_]*-){1,2}([0-7])-[A-Z0-9_]+|%%\s?\d{2}\s?[A-Z][A-Z0-9_-]*/([0-7])/[A-Za-z0-9_]+")
+# Nokia SR OS `SNMP-WARNING-linkDown-2004`: application, X.733 severity, event name, event id.
+NOKIA_EVENT = re.compile(r"\b[A-Z][A-Z0-9_]*-(CRITICAL|MAJOR|MINOR|WARNING|INDETERMINATE|CLEARED)-\w+-\d+\b")
+X733_SEVERITY = {"CRITICAL": "critical", "MAJOR": "major", "MINOR": "minor", "WARNING": "warning",
+                 "INDETERMINATE": "warning", "CLEARED": "info"}
+_NOKIA_WORDS = tuple(f"-{name}-" for name in X733_SEVERITY)
 _MESSAGE_WORDS = (
     ("critical", re.compile(r"\b(?:kernel panic|panic|fatal|emergency|critical)\b", re.IGNORECASE)),
     ("warning", re.compile(r"authentication failure|failed password|invalid user|break-in attempt|"
@@ -51,10 +57,15 @@ _SYSLOG_WORD = {"emerg": 0, "alert": 1, "crit": 2, "err": 3, "warning": 4, "noti
 
 def vendor_level(text: str) -> str | None:
     """The severity a vendor message code in `text` states (rule 0 above), or None."""
-    if "%" not in text:
-        return None
-    m = VENDOR_CODE.search(text)
-    return PRI_SEVERITY[int(m.group(1) or m.group(2))] if m else None
+    if "%" in text:
+        m = VENDOR_CODE.search(text)
+        if m:
+            return PRI_SEVERITY[int(m.group(1) or m.group(2))]
+    if any(word in text for word in _NOKIA_WORDS):
+        m = NOKIA_EVENT.search(text)
+        if m:
+            return X733_SEVERITY[m.group(1)]
+    return None
 
 
 def level_field(text: str) -> str | None:

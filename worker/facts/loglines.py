@@ -4,7 +4,10 @@ Shapes, tried in this order (a collector's own fields in front of a line are pee
 
 - RFC 5424: `<PRI>1 TIMESTAMP HOST APP PROCID MSGID [SD] MSG`
 - RFC 3164 / BSD, with or without `<PRI>`: `Mmm dd hh:mm:ss HOST TAG[PID]: MSG` (days padded with
-  a space, an optional year or fraction after the day/time, HOST optional when TAG ends in `:`)
+  a space, an optional year or fraction after the day/time, or the year first as NX-OS writes it,
+  HOST optional when TAG ends in `:`)
+- network gear lines with a vendor message code (`devicelog`) and application layouts (`applog`)
+  are tried before these
 - rsyslog high-precision and ISO-stamped files: `2026-03-02T08:14:05.123456+01:00 HOST TAG[PID]: MSG`
 - collector-prefixed: leading `-` or an upper-case alert tag, an epoch, a `YYYY.MM.DD` date, an ISO
   time, a sequence number or the sender's address, then one of the shapes above, or
@@ -47,6 +50,8 @@ _NODE = re.compile(r"[^\W_][\w.:@/-]*")
 _RAS_HEAD = re.compile(
     r"((?:[A-Z][A-Z_]+ ){1,2})(?=(?:EMERG|ALERT|CRIT|CRITICAL|FATAL|PANIC|ERR|ERROR|SEVERE|FAILURE|WARN|"
     r"WARNING|NOTICE|INFO|DEBUG)\b)")
+_YEAR_FIRST = re.compile(r"^(<\d{1,3}>)?(?::\s*)?((?:19|20)\d\d) ((?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2})"
+                         r"(?= \d{2}:\d{2}:\d{2})")
 _UPTIME = re.compile(r"^\[\s*\d+\.\d+\]\s*")
 _MAX_PREFIX_TOKENS = 5
 
@@ -236,6 +241,8 @@ def parse_line(line: str, reference: datetime | None = None) -> LogLine | None:
     app = applog.parse(line, reference)
     if app is not None:
         return app
+    if line[:1] in "<12":  # NX-OS and others write the year first: `2026 Nov 14 10:12:01 host ...`
+        line = _YEAR_FIRST.sub(r"\1\3 \2", line, count=1)
     parsed = _parse_header(line, reference)
     if parsed is not None:
         if parsed.shape == "iso" and _PRI.match(parsed.text) or _BSD_TIME.match(parsed.text):
