@@ -9,15 +9,16 @@ import random
 from collections.abc import Iterator
 
 from worker.messages import Facts, TelemetryRecord
-from worker.telemetry import logs_real, pm, syslog, trace, ves, ves_real
+from worker.telemetry import formats_real, logs_real, pm, syslog, trace, ves, ves_real
 from worker.telemetry.common import count_words
 from worker.telemetry.profiles import KINDS, PROFILES, pick, word_range
 
 __all__ = ["KINDS", "PROFILES", "REAL_PROFILES", "count_words", "generate", "iter_generate", "word_range"]
 
 # Real-shaped profiles: host logs in every syslog shape and field-style VES/PM bodies (`real`,
-# 5-300 lines or events), or whole log files of 2,000-50,000 lines (`real-long`).
-REAL_PROFILES = ("real", "real-long")
+# 5-300 lines or events), whole log files of 2,000-50,000 lines (`real-long`), or network gear,
+# application logs, TS 28.532 PM files and VES alarms named outside specificProblem (`real-formats`).
+REAL_PROFILES = ("real", "real-long", "real-formats")
 
 _MAKERS = {"ves": ves.make, "syslog": syslog.make, "pm": pm.make, "trace": trace.make}
 
@@ -50,7 +51,9 @@ def _iter_real(n: int | None, profile: str, seed: int) -> Iterator[tuple[Telemet
     index = 0
     while n is None or index < n:
         rng = random.Random(f"{seed}:{profile}:{index}")
-        if profile == "real-long":
+        if profile == "real-formats":
+            yield formats_real.make(index, int(math.exp(rng.uniform(math.log(6), math.log(80)))), rng)
+        elif profile == "real-long":
             yield logs_real.make(index, int(math.exp(rng.uniform(math.log(2000), math.log(50_000)))), rng)
         elif index % 2 == 0:
             yield logs_real.make(index // 2, int(math.exp(rng.uniform(math.log(5), math.log(300)))), rng)
