@@ -236,3 +236,13 @@ def test_ves_stnd_defined_alarm_name_elsewhere_in_the_event_is_the_problem():
                        "stndDefinedFields": {"data": data}}}
     f = _facts("ves", event)
     assert (f.problem, f.severity, f.details["notificationType"]) == ("loss of signal", "critical", "notifyNewAlarm")
+
+
+def test_stack_trace_frames_continue_their_line_and_keep_a_text_record_a_log_window():
+    head = ["2026-02-03 22:14:07,311 ERROR [main] org.acme.Collector: flush failed",
+            "2026-02-03 22:14:08,001 INFO [main] org.acme.Collector: retrying"]
+    trace = ["java.io.IOException: Broken pipe", *[f"\tat org.acme.Io.write(Io.java:{i})" for i in range(8)],
+             "Caused by: java.net.SocketException: Connection reset", "\t... 12 more"]
+    f = _facts("text", "\n".join([head[0], *trace, head[1]]), attributes={"host": "collector-4"})
+    assert (f.entity, f.severity, f.event_count) == ("collector-4", "major", 2)
+    assert f.problem.startswith("flush failed") and f.details["unparsedLines"] == "1"  # the exception's own line

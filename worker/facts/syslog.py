@@ -25,21 +25,25 @@ SYSLOG_NAMES = ("emerg", "alert", "crit", "err", "warning", "notice", "info", "d
 MAX_PROBLEM_GROUPS = 5   # in Facts.problems
 PROBLEM_TEXT_GROUPS = 2  # in the one-line problem a small model reads
 MAX_LOG_PROBLEM_CHARS = 200
+# How the lines after a Java or Python error begin (they belong to the line before).
+CONTINUATIONS = ("at ", "Caused by:", "Traceback ", "File \"", "...", "Exception in thread", "\tat ")
 
 
-def parse_lines(text: str, reference: datetime | None = None) -> tuple[list[LogLine], int]:
-    """(the log lines of `text`, how many non-blank lines were not log lines)."""
+def parse_lines(text: str, reference: datetime | None = None) -> tuple[list[LogLine], int, int]:
+    """(the log lines of `text`, how many non-blank lines were not log lines, how many of those
+    continue the line before: a stack trace's frames, an indented detail)."""
     lines: list[LogLine] = []
-    unparsed = 0
+    unparsed = continued = 0
     for raw in text.splitlines():
         if not raw.strip():
             continue
         line = parse_line(raw, reference)
         if line is None:
             unparsed += 1
+            continued += bool(lines) and (raw[:1].isspace() or raw.startswith(CONTINUATIONS))
         else:
             lines.append(line)
-    return lines, unparsed
+    return lines, unparsed, continued
 
 
 def _rank(group: Group) -> tuple[int, int]:
@@ -87,7 +91,7 @@ def _iso(when: datetime | None) -> str | None:
 def parse(text: str, reference: datetime | None = None, reference_source: str = "receive time") -> Facts | None:
     """Facts from a log window, or None when no line is a log line. `reference` gives the year of
     BSD times without one; `reference_source` names where it came from (for `Facts.year_source`)."""
-    lines, unparsed = parse_lines(text, reference)
+    lines, unparsed, continued = parse_lines(text, reference)
     if not lines:
         return None
     groups = group_messages((line.app, line.text, line.severity, line.time, line.host) for line in lines)
@@ -118,8 +122,8 @@ def parse(text: str, reference: datetime | None = None, reference_source: str = 
         details["hosts"] = ", ".join(h for h, _ in hosts.most_common(8))
     if len(apps) > 1:
         details["apps"] = ", ".join(a for a, _ in apps.most_common(8))
-    if unparsed:
-        details["unparsedLines"] = str(unparsed)
+    if unparsed > continued:  # a stack trace's frames belong to the line before them
+        details["unparsedLines"] = str(unparsed - continued)
     if addressed:
         details["linesAddressingModel"] = str(sum(g.count for g in addressed))
     year_source = reference_source if any(not line.year_known for line in lines if line.time) else None
