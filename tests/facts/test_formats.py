@@ -63,6 +63,11 @@ def _facts(kind, body, **kw):
      "huawei", "agg-zürich-1", "DEVM/1/hwBoardFail_active", "critical", datetime(2026, 11, 14, 3, 0, 7, tzinfo=UTC)),
     ("<187>2009-09-21T15:32:55 Sysname %%10IFNET/3/LINK_UPDOWN(l): Ethernet0/6 link status is DOWN.",
      "huawei", "Sysname", "IFNET/3/LINK_UPDOWN", "major", datetime(2009, 9, 21, 15, 32, 55, tzinfo=UTC)),
+    # uptime stamps instead of a time: no time, and never a host
+    ("<187>000045: 1w2d: %LINK-3-UPDOWN: Interface Gi0/3, changed state to down", "cisco", None, "%LINK-3-UPDOWN",
+     "major", None),
+    ("router7: 000046: *00:02:15.123: %SYS-5-RESTART: System restarted", "cisco", "router7", "%SYS-5-RESTART",
+     "info", None),
     # a device's line without a code keeps its year-first time (NX-OS)
     ("<189>: 2026 Nov 14 10:12:01 nx-leaf1 ntpd[22]: NTP sync lost", "rfc3164", "nx-leaf1", "ntpd", "info",
      datetime(2026, 11, 14, 10, 12, 1, tzinfo=UTC)),

@@ -3,7 +3,8 @@ line formats (not from samples):
 
 - Cisco IOS / IOS-XE: `[<PRI>][SEQ: ][HOST: ][*|.]Mmm dd [yyyy] hh:mm:ss[.mmm][ TZ]: %FAC-SEV-MNEMONIC: text`
   (`service sequence-numbers`, `logging origin-id hostname`; `*` marks a clock never set, `.` one
-  not in sync; `show-timezone` appends UTC, CET, PST, ...)
+  not in sync; `show-timezone` appends UTC, CET, PST, ...; `service timestamps log uptime` writes
+  `1w2d:` or `00:02:15:` instead of a time: no time then)
 - Cisco IOS-XR: `[<PRI>SEQ: ][HOST ]NODE:[yyyy ]Mmm dd hh:mm:ss[.mmm][ TZ] : proc[pid]: %FAC-SUB-SEV-MNEM : text`
   (NODE is a card such as `RP/0/RSP0/CPU0`, never the element)
 - Cisco NX-OS: `[<PRI>: ]yyyy Mmm dd hh:mm:ss[ TZ][ HOST] %FAC-SEV-MNEMONIC: text`
@@ -39,6 +40,7 @@ _TIME = re.compile(
     r"(?P<iso>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?)(?=[\s:]|$)")
 _PRI = re.compile(r"<(\d{1,3})>")
 _SEQUENCE = re.compile(r"\d+:?|:")
+_UPTIME = re.compile(r"[*.]?(?:\d+[ywdh]\d+[ywdh]|\d{1,2}:\d{2}:\d{2}(?:\.\d+)?):?")  # `1w2d:`, `00:02:15.123:`
 _CARD = re.compile(r"[\w-]*/[\w/-]*:?")  # RP/0/RSP0/CPU0: a line card or route processor
 _ADDRESS = re.compile(r"(?:\d{1,3}\.){3}\d{1,3}|[0-9a-fA-F]{0,4}(?::[0-9a-fA-F]{0,4}){2,7}")
 _PROCESS = re.compile(r"[\w.-]+\[\d+\]:?|[A-Z][A-Za-z]+:")  # XR `ifmgr[215]:`, EOS `Ebra:`
@@ -70,7 +72,7 @@ def _names(text: str) -> list[str]:
     out = []
     for token in text.split():
         token = _PRI.sub("", token)
-        if not token or _SEQUENCE.fullmatch(token) or _CARD.fullmatch(token):
+        if not token or _SEQUENCE.fullmatch(token) or _CARD.fullmatch(token) or _UPTIME.fullmatch(token):
             continue
         name = token.rstrip(":")
         if _HOST.fullmatch(name) and not name.isdigit():
