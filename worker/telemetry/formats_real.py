@@ -211,7 +211,7 @@ APP_HOSTS = ("app-node-3", "svc-east-12", "ctrl-plane-2", "dn-rack4-07", "zk-ens
 
 def _host(shape: str, rng: random.Random) -> str:
     if shape == "hdfs":
-        return f"10.250.{rng.randrange(256)}.{rng.randrange(1, 255)}:50010"  # the DataNode's own name
+        return f"10.250.{rng.randrange(256)}.{rng.randrange(1, 255)}"  # the DataNode's own address
     if shape == "oslo":
         return rng.choice(("nova-compute", "cinder-volume", "neutron-l3-agent"))
     if shape == "hpc":
