@@ -158,14 +158,14 @@ def _timed(line: str, reference: datetime, source: str | None) -> LogLine | None
     m = _LEAD_TIME.match(line)
     if m is None:
         return None
-    when = _lead_time(m, reference)
     rest = line[m.end():]
     if m.group("slash"):
         nginx = _NGINX.match(rest.lstrip())
         if nginx:
-            return _line(when, True, None, "nginx", PRI_SEVERITY[_APACHE_LEVEL[nginx.group("lvl")]],
-                         nginx.group("msg"), "nginx", source)
-    fields = _fields(rest)
+            return _line(_lead_time(m, reference), True, None, "nginx",
+                         PRI_SEVERITY[_APACHE_LEVEL[nginx.group("lvl")]], nginx.group("msg"), "nginx", source)
+    fields = _fields(rest)  # before the time is read: most ISO-stamped lines are syslog, not this
+    when = _lead_time(m, reference) if fields is not None or m.group("slash") else None
     if fields is None:
         if m.group("slash") and len(m.group("y4")) == 4:  # Go's `log`: no level field, words decide
             text = rest.strip()

@@ -42,7 +42,7 @@ VENDOR_CODE = re.compile(r"%(?:[A-Z][A-Z0-9_]*-){1,2}([0-7])-[A-Z0-9_]+|%%\s?\d{
 NOKIA_EVENT = re.compile(r"\b[A-Z][A-Z0-9_]*-(CRITICAL|MAJOR|MINOR|WARNING|INDETERMINATE|CLEARED)-\w+-\d+\b")
 X733_SEVERITY = {"CRITICAL": "critical", "MAJOR": "major", "MINOR": "minor", "WARNING": "warning",
                  "INDETERMINATE": "warning", "CLEARED": "info"}
-_NOKIA_WORDS = tuple(f"-{name}-" for name in X733_SEVERITY)
+_NOKIA_QUICK = re.compile("-(?:" + "|".join(X733_SEVERITY) + ")-")  # cheap pre-test for NOKIA_EVENT
 _MESSAGE_WORDS = (
     ("critical", re.compile(r"\b(?:kernel panic|panic|fatal|emergency|critical)\b", re.IGNORECASE)),
     ("warning", re.compile(r"authentication failure|failed password|invalid user|break-in attempt|"
@@ -61,7 +61,7 @@ def vendor_level(text: str) -> str | None:
         m = VENDOR_CODE.search(text)
         if m:
             return PRI_SEVERITY[int(m.group(1) or m.group(2))]
-    if any(word in text for word in _NOKIA_WORDS):
+    if _NOKIA_QUICK.search(text):
         m = NOKIA_EVENT.search(text)
         if m:
             return X733_SEVERITY[m.group(1)]
