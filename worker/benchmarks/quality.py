@@ -248,7 +248,8 @@ def run(args: argparse.Namespace) -> int:
 
 def format_table(result: dict) -> str:
     """The result as a fixed-width text table, one row per group."""
-    lines = [f"{result['model']}: n={result['n']} (mixed {result['mixed']}, real {result.get('real', 0)}), "
+    lines = [f"{result['model']}: n={result['n']} (mixed {result['mixed']}, real {result.get('real', 0)}, "
+             f"formats {result.get('formats', 0)}), "
              f"seed {result['seed']}, max_new_tokens {result['max_new_tokens']}, {result['seconds']} s, "
              f"{result['failures']} failed",
              f"{'group':<16}{'n':>5}{'element':>9}{'problem':>9}{'severity':>10}{'echo':>7}{'empty':>7}{'agrees':>8}"]
