@@ -63,6 +63,11 @@ def _facts(kind, body, **kw):
      "huawei", "agg-zürich-1", "DEVM/1/hwBoardFail_active", "critical", datetime(2026, 11, 14, 3, 0, 7, tzinfo=UTC)),
     ("<187>2009-09-21T15:32:55 Sysname %%10IFNET/3/LINK_UPDOWN(l): Ethernet0/6 link status is DOWN.",
      "huawei", "Sysname", "IFNET/3/LINK_UPDOWN", "major", datetime(2009, 9, 21, 15, 32, 55, tzinfo=UTC)),
+    # Huawei traps and H3C console lines write the code without `%%`
+    ("#Nov 14 2026 10:12:01 HUAWEI IFNET/1/IF_LINKDOWN:OID 1.3.6.1.6.3.1.1.5.3 Interface 7 turned into DOWN state.",
+     "huawei", "HUAWEI", "IFNET/1/IF_LINKDOWN", "critical", datetime(2026, 11, 14, 10, 12, 1, tzinfo=UTC)),
+    ("%Dec  6 10:44:55:283 2006 Sysname NTP/5/NTP_LOG:- 1 - NTP service enable", "huawei", "Sysname",
+     "NTP/5/NTP_LOG", "info", datetime(2006, 12, 6, 10, 44, 55, 283000, UTC)),
     # uptime stamps instead of a time: no time, and never a host
     ("<187>000045: 1w2d: %LINK-3-UPDOWN: Interface Gi0/3, changed state to down", "cisco", None, "%LINK-3-UPDOWN",
      "major", None),
@@ -126,6 +131,11 @@ def test_vendor_code_level_outranks_words_and_a_relays_pri():
      "warning", datetime(2026, 11, 14, 10, 12, 1, tzinfo=UTC), None),
     ("40216 node-112 node psu 1163500260 1 PSU failure (ambient=31C)", "hpc", "node-112", "node", "major",
      datetime(2006, 11, 14, 10, 31, tzinfo=UTC), None),
+    # a container runtime's prefix: its time gives the year the program's line lacks
+    ("2025-11-14T10:12:01.123456789Z stderr F E1114 10:12:01.123456 1 reflector.go:138] failed to list *v1.Pod",
+     "klog", None, "reflector.go:138", "major", datetime(2025, 11, 14, 10, 12, 1, 123456, UTC), None),
+    ("[Sat Nov 14 10:12:01 2026] e1000e 0000:00:19.0 eth0: NIC Link is Down", "ctime", None, None, "major",
+     datetime(2026, 11, 14, 10, 12, 1, tzinfo=UTC), None),
 ])
 def test_app_line_layout_level_logger_time_and_no_peer_host(line, shape, host, app, severity, when, source):
     parsed = parse_line(line, REF)

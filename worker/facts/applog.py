@@ -10,7 +10,8 @@
   logfmt (`time=... level=error msg="..."`, logrus, slog); glog/klog (`E1114 10:12:01.123456 12 f.go:42] msg`);
 - nginx error log (`2026/11/14 10:12:01 [error] 1234#1234: *5 msg`) and Apache error log
   (`[Sat Nov 14 10:12:01.123 2026] [core:error] [pid 1:tid 2] [client 192.0.2.1:5] msg`);
-- HPC cluster logs (LANL layout `id node component state epoch flag message`);
+- HPC cluster logs (LANL layout `id node component state epoch flag message`); `dmesg -T`
+  (`[Sat Nov 14 10:12:01 2026] msg`);
 - key=value device logs (FortiGate `date=... time=... devname="FGT-1" level="alert" msg="..."`,
   behind a PRI or not), HealthApp-style `yyyyMMdd-HH:mm:ss:SSS|component|pid|msg`, and
   Proxifier-style `[MM.dd HH:mm:ss] program - msg`; Android logcat `MM-DD HH:MM:SS.mmm pid tid L tag: msg`.
@@ -52,6 +53,8 @@ _LOGCAT = re.compile(r"(?P<mo>[01]\d)-(?P<dd>[0-3]\d) (?P<hms>\d{2}:\d{2}:\d{2})
 _APACHE = re.compile(r"\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>" + MONTH_NAMES + r") +(?P<dd>\d{1,2}) "
                      r"(?P<hms>\d{2}:\d{2}:\d{2})(?:\.(?P<f>\d{1,6}))? (?P<y>\d{4})\] \[(?:(?P<mod>[\w-]+):)?"
                      r"(?P<lvl>[a-z]+\d?)\](?: \[pid \d+(?::tid \d+)?\])?(?: \[client [^\]]+\])? ?(?P<msg>.*)")
+_CTIME = re.compile(r"\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>" + MONTH_NAMES + r") +(?P<dd>\d{1,2}) "
+                    r"(?P<hms>\d{2}:\d{2}:\d{2})(?:\.\d{1,6})? (?P<y>\d{4})\] (?P<msg>.*)")
 _PY_DEFAULT = re.compile(r"(?P<lvl>CRITICAL|ERROR|WARNING|INFO|DEBUG):(?P<logger>[\w.]+):(?P<msg>.*)")
 _HPC = re.compile(r"\d+ (?P<node>[\w.-]+) (?P<comp>\S+) (?P<state>\S+) (?P<epoch>\d{9,10}) \d+ (?P<msg>.*)")
 _LOGFMT_PAIR = re.compile(r'(\w[\w.]*)=("(?:[^"\\]|\\.)*"|\S*)')
@@ -255,6 +258,15 @@ def parse(line: str, reference: datetime) -> LogLine | None:
             level = apache["lvl"].rstrip("0123456789")
             severity = PRI_SEVERITY[_APACHE_LEVEL.get(level, 7)]
             return _line(when, True, None, apache["mod"] or "httpd", severity, apache["msg"], "apache", source)
+        ctime = _CTIME.fullmatch(line)
+        if ctime:  # `dmesg -T`, and other programs that print ctime(3) in brackets
+            try:
+                when = datetime(int(ctime["y"]), MONTHS[ctime["mon"]], int(ctime["dd"]),
+                                *map(int, ctime["hms"].split(":")), tzinfo=timezone.utc)
+            except ValueError:
+                when = None
+            text = ctime["msg"].strip()
+            return _line(when, True, None, None, message_severity(text), text, "ctime", source)
         short = _BRACKET_SHORT.fullmatch(line)
         if short:
             when = _no_year(short["mo"], short["dd"], short["hms"], None, reference)

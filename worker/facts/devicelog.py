@@ -11,7 +11,9 @@ line formats (not from samples):
 - Cisco ASA / FTD: `[<PRI>]Mmm dd yyyy hh:mm:ss[ HOST][ :] %ASA-SEV-NNNNNN: text`
 - Arista EOS: `Mmm dd hh:mm:ss HOST Agent: %FAC-SEV-MNEMONIC: text`
 - Huawei VRP / H3C Comware: `[<PRI>]TIME HOST %%01MODULE/SEV/BRIEF(l)[n]:text` (TIME as
-  `Mmm dd yyyy hh:mm:ss[+08:00]`, `yyyy-mm-dd hh:mm:ss`, or H3C `Mmm dd hh:mm:ss:mmm yyyy`)
+  `Mmm dd yyyy hh:mm:ss[+08:00]`, `yyyy-mm-dd hh:mm:ss`, or H3C `Mmm dd hh:mm:ss:mmm yyyy`);
+  Huawei traps `#TIME HOST MODULE/SEV/BRIEF:text` and H3C console lines `%TIME HOST MODULE/SEV/BRIEF:`
+  carry the code without `%%`
 
 Relays put their own receive time and the sender's address in front; the last time before the code
 is the device's, an earlier one with a year supplies the year. The element is the device's own host
@@ -31,6 +33,8 @@ from worker.facts.logline import MONTH_NAMES, MONTHS, ZONE_MINUTES, LogLine, wit
 _CODE = re.compile(
     r"%%\s?\d{2}\s?(?P<hw>[A-Z][A-Z0-9_-]*/(?P<hwsev>[0-7])/[A-Za-z0-9_]+)(?:\([a-z]\))?(?:\[\d+\])?\s*:\s*|"
     r"(?P<cisco>%(?:[A-Z][A-Z0-9_]*-){1,2}(?P<sev>[0-7])-[A-Z0-9_]+)\s?:\s*")
+# Huawei traps (`#` first) and H3C console lines write the code without `%%`.
+_BARE_CODE = re.compile(r"(?<![\w/%])(?P<hw>[A-Z][A-Z0-9_-]*/(?P<hwsev>[0-7])/[A-Za-z0-9_]+)(?:\([a-z]\))?(?:\[\d+\])?\s*:\s*")
 _ZONE_NAMES = "|".join(sorted(ZONE_MINUTES, key=len, reverse=True))
 _ZONE = r"(?: ?(?P<zone>(?:(?:" + _ZONE_NAMES + r")(?:[+-]\d{1,2}(?::?\d{2})?)?|[+-]\d{2}:?\d{2})(?: DST)?))?"
 _TIME = re.compile(
@@ -82,11 +86,12 @@ def _names(text: str) -> list[str]:
 
 def parse(line: str, reference: datetime) -> LogLine | None:
     """A line carrying a vendor message code as a LogLine, or None when it carries none."""
-    if "%" not in line:
-        return None
-    code = _CODE.search(line)
+    code = _CODE.search(line) if "%" in line else None
     if code is None:
-        return None
+        code = _BARE_CODE.search(line) if "/" in line else None
+        # without `%%` a code must follow a time: `MOD/3/BRIEF:` could be text otherwise
+        if code is None or not _TIME.search(line, 0, code.start()):
+            return None
     head, text = line[: code.start()], line[code.end():]
     pri_match = _PRI.search(head)
     pri = int(pri_match.group(1)) if pri_match and int(pri_match.group(1)) <= 191 else None

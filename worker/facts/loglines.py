@@ -7,7 +7,8 @@ Shapes, tried in this order (a collector's own fields in front of a line are pee
   a space, an optional year or fraction after the day/time, or the year first as NX-OS writes it,
   HOST optional when TAG ends in `:`)
 - network gear lines with a vendor message code (`devicelog`) and application layouts (`applog`)
-  are tried before these
+  are tried before these; a container runtime's prefix (CRI: `TIME stdout|stderr F|P LINE`) is
+  peeled off first
 - rsyslog high-precision and ISO-stamped files: `2026-03-02T08:14:05.123456+01:00 HOST TAG[PID]: MSG`
 - collector-prefixed: leading `-` or an upper-case alert tag, an epoch, a `YYYY.MM.DD` date, an ISO
   time, a sequence number or the sender's address, then one of the shapes above, or
@@ -50,6 +51,7 @@ _NODE = re.compile(r"[^\W_][\w.:@/-]*")
 _RAS_HEAD = re.compile(
     r"((?:[A-Z][A-Z_]+ ){1,2})(?=(?:EMERG|ALERT|CRIT|CRITICAL|FATAL|PANIC|ERR|ERROR|SEVERE|FAILURE|WARN|"
     r"WARNING|NOTICE|INFO|DEBUG)\b)")
+_CRI = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})) (?:stdout|stderr) [FP] (.*)")
 _YEAR_FIRST = re.compile(r"^(<\d{1,3}>)?(?::\s*)?((?:19|20)\d\d) ((?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2})"
                          r"(?= \d{2}:\d{2}:\d{2})")
 _UPTIME = re.compile(r"^\[\s*\d+\.\d+\]\s*")
@@ -235,6 +237,14 @@ def parse_line(line: str, reference: datetime | None = None) -> LogLine | None:
     if not line:
         return None
     reference = reference or datetime.now(timezone.utc)
+    cri = _CRI.match(line) if line[:1].isdigit() else None
+    if cri:  # a container runtime's own time and stream before the program's line
+        when = _aware(parse_iso(cri.group(1)))
+        inner = parse_line(cri.group(2), when or reference) if cri.group(2).strip() else None
+        if inner is None:
+            text = _message(cri.group(2))
+            return LogLine(when, True, None, None, None, None, message_severity(text), text, "cri")
+        return inner if inner.time and inner.year_known else inner._replace(time=inner.time or when, year_known=True)
     device = devicelog.parse(line, reference)
     if device is not None:
         return device
