@@ -100,6 +100,32 @@ def _period_seconds(duration: str | None) -> int | None:
     return h * 3600 + mi * 60 + s
 
 
+def assess(per_object: dict[tuple[str | None, str], dict[str, float]], totals: dict[str, float],
+           elements: list[str], details: dict[str, str]) -> tuple[str, str, str | None]:
+    """(severity, problem, element of the worst object) from counters per (element, measured object);
+    each success rate goes into `details`. Shared by PM files and VES perf3gpp events."""
+    several = len(elements) > 1
+    findings: list[tuple[int, str, str | None]] = []  # (0 major / 1 minor, text, element)
+    for label, att, succ, minor_below, major_below in RATIOS:
+        total_att, total_succ = _sum_counter(totals, att), _sum_counter(totals, succ)
+        if not total_att:
+            continue
+        details[label] = f"{100.0 * (total_succ or 0) / total_att:.1f}%"
+        rates = [(100.0 * (_sum_counter(c, succ) or 0) / a, key) for key, c in per_object.items()
+                 if (a := _sum_counter(c, att))]
+        worst_rate, (worst_element, worst_obj) = min(rates, key=lambda r: r[0])
+        if worst_rate < minor_below:
+            where = _last_rdn(worst_obj) + (f" of {worst_element}" if several and worst_element else "")
+            findings.append((0 if worst_rate < major_below else 1, f"low {label} {worst_rate:.1f}% on {where}",
+                             worst_element))
+    if not findings:
+        return "info", "KPIs within normal range" + (f" on all {len(elements)} managed elements" if several
+                                                     else ""), None
+    findings.sort(key=lambda f: f[0])
+    severity = "major" if findings[0][0] == 0 else "minor"
+    return severity, "; ".join(text for level, text, _ in findings if level == findings[0][0]), findings[0][2]
+
+
 def parse(text: str, file_name: PmFileName | None = None) -> Facts:
     """Facts from one PM file (`file_name`: what its 28.550 name says). Raises PmError when it cannot
     be parsed."""
@@ -170,32 +196,12 @@ def parse(text: str, file_name: PmFileName | None = None) -> Facts:
     if several:
         details["managedElements"] = ", ".join(elements[:8]) + (f" and {len(elements) - 8} more"
                                                                  if len(elements) > 8 else "")
-    findings: list[tuple[int, str, str | None]] = []  # (0 major / 1 minor, text, element)
-    for label, att, succ, minor_below, major_below in RATIOS:
-        total_att, total_succ = _sum_counter(totals, att), _sum_counter(totals, succ)
-        if not total_att:
-            continue
-        details[label] = f"{100.0 * (total_succ or 0) / total_att:.1f}%"
-        rates = [(100.0 * (_sum_counter(c, succ) or 0) / a, key) for key, c in per_object.items()
-                 if (a := _sum_counter(c, att))]
-        worst_rate, (worst_element, worst_obj) = min(rates, key=lambda r: r[0])
-        if worst_rate < minor_below:
-            where = _last_rdn(worst_obj) + (f" of {worst_element}" if several and worst_element else "")
-            findings.append((0 if worst_rate < major_below else 1, f"low {label} {worst_rate:.1f}% on {where}",
-                             worst_element))
     for name in list(totals)[:MAX_COUNTER_DETAILS]:
         details[name] = f"{totals[name]:g}"
     if suspects:
         details["suspectObjects"] = str(suspects)
-    entity = elements[0] if elements else sender_name or (file_name.element if file_name else None)
-    if findings:
-        findings.sort(key=lambda f: f[0])
-        severity = "major" if findings[0][0] == 0 else "minor"
-        problem = "; ".join(text for level, text, _ in findings if level == findings[0][0])
-        entity = findings[0][2] or entity
-    else:
-        severity = "info"
-        problem = "KPIs within normal range" + (f" on all {len(elements)} managed elements" if several else "")
+    severity, problem, worst_element = assess(per_object, totals, elements, details)
+    entity = worst_element or (elements[0] if elements else sender_name or (file_name.element if file_name else None))
     last_seen = file_end or last_seen
     if file_name is not None:
         first_seen = first_seen or iso_utc(file_name.begin)

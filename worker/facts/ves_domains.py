@@ -1,7 +1,8 @@
 """What each VES 7.x domain's fields say: (severity, problem, details) per event.
 
 fault, measurement, heartbeat, thresholdCrossingAlert, notification, pnfRegistration, stateChange,
-syslog, and stndDefined carrying a 3GPP TS 28.532 alarm notification (`notifyNewAlarm`, ...).
+syslog, stndDefined carrying a 3GPP TS 28.532 alarm notification (`notifyNewAlarm`, ...), and
+perf3gpp (a PM file as ONAP's PM mapper publishes it; `ves_perf3gpp`).
 A domain not listed here is read by its header alone (see `ves.py`).
 
 The problem is the alarm: `specificProblem`, else the alarm's name, else `alarmCondition` /
@@ -16,6 +17,7 @@ import re
 
 from worker.facts.common import worst_severity
 from worker.facts.levels import PRI_SEVERITY
+from worker.facts.ves_perf3gpp import perf3gpp
 
 REQUIRED_FAULT_FIELDS = (
     "alarmCondition", "eventSeverity", "eventSourceType", "faultFieldsVersion", "specificProblem",
@@ -263,5 +265,5 @@ READERS = {
     "fault": fault, "measurement": measurement, "measurementsForVfScaling": measurement,
     "heartbeat": heartbeat, "thresholdCrossingAlert": threshold_crossing, "notification": notification,
     "pnfRegistration": pnf_registration, "stateChange": state_change, "syslog": syslog,
-    "stndDefined": stnd_defined,
+    "stndDefined": stnd_defined, "perf3gpp": perf3gpp,
 }
