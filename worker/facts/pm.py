@@ -1,6 +1,7 @@
 """Facts from a 3GPP PM XML file: TS 32.435 `measCollecFile` or TS 28.532 `measDataFile` (the
 same tree with `measEntity` for `managedElement` and the times in `fileHeader/measData` and
-`fileFooter/measData`): element, counters, derived success rates, period.
+`fileFooter/measData`): element, counters, derived success rates, period. The older TS 32.401
+`mdc` layout is read by `pm_mdc` with the same rules.
 
 The element is the `ManagedElement` of the DN (`...,ManagedElement=RNC-Gbg-1`), else the userLabel,
 else the DN's last value: never a function or cell under it (`RncFunction=RF-1`). Processing
@@ -137,9 +138,13 @@ def parse(text: str, file_name: PmFileName | None = None) -> Facts:
         root = ET.fromstring(_DECLARATION.sub("", text.lstrip("\ufeff"), count=1).strip())
     except ET.ParseError as exc:
         raise PmError(f"PM XML does not parse: {exc}") from exc
+    if _local(root.tag) == "mdc":
+        from worker.facts.pm_mdc import parse_mdc  # the 32.401 layout reuses this module's rules
+
+        return parse_mdc(root)
     if _local(root.tag) not in ROOTS:
-        raise PmError(f"root element is <{_local(root.tag)}>, not <measCollecFile> (TS 32.435) or "
-                      f"<measDataFile> (TS 28.532)")
+        raise PmError(f"root element is <{_local(root.tag)}>, not <measCollecFile> (TS 32.435), "
+                      f"<measDataFile> (TS 28.532) or <mdc> (TS 32.401)")
     sender = _first(root, "fileSender")
     sender_name = (_short_dn(sender.get("localDn", "")) or sender.get("senderName") or None) if sender is not None \
         else None
