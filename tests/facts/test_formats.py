@@ -230,6 +230,7 @@ def test_pm_file_name_supplies_what_the_xml_lacks():
     ("Chn0001", None), ("notifyNewAlarm", None), ("12", None), ("lossOfSignal", "loss of signal"),
     ("LOSS_OF_SIGNAL", "loss of signal"), ("RanPciCollisionConfusionOccurred", "ran pci collision confusion occurred"),
     ("Fronthaul link failure on port 2", "Fronthaul link failure on port 2"), ("linkDown", "link down"),
+    ("NRCellDU=3", None), ("5G_link_failure", "5G_link_failure"), ("Fault_vFW_highCPUusage", "Fault_vFW_highCPUusage"),
 ])
 def test_alarm_phrase_identifiers_are_not_problems(value, phrase):
     assert alarm_phrase(value) == phrase

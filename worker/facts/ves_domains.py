@@ -41,14 +41,21 @@ Reading = tuple[str | None, str | None, dict[str, str], list[str]]  # severity, 
 ALARM_KEYS = ("specificproblem", "alarmname", "alarmtext", "alarmcondition", "probablecause", "additionaltext")
 NOTIFICATION_TYPES = ("notifynewalarm", "notifychangedalarm", "notifyclearedalarm", "notifyalarmlistrebuilt",
                       "notifycorrelatednotificationchanged", "notifyackstatechanged", "notifycomments")
-_IDENTIFIER = re.compile(r"(?=[\w.:/-]*\d)[\w.:/-]+")  # one token holding a digit: `Chn0001`, `0x1f`, `12`
+_IDENTIFIER = re.compile(r"(?=[\w.:/=,-]*\d)[\w.:/=,-]+")  # one token holding a digit: `Chn0001`, `NRCellDU=3`
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_WORD = re.compile(r"[A-Za-z]{3,}")
+# Names written in words: `lossOfSignal`, `RanPciCollision`, `LOSS_OF_SIGNAL` (mixed forms stay as they are).
+_CAMEL_NAME = re.compile(r"[a-z]+(?:[A-Z][a-z]+)+|(?:[A-Z][a-z]+){2,}")
+_SNAKE_NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[a-z][a-z0-9]*(?:_[a-z0-9]+)+")
 
 
 def _is_identifier(value: str) -> bool:
+    """One token with a digit and at most one word in it (`Chn0001`, `NRCellDU=3`, `FM001`, but not
+    `5G_link_failure`), or a notification type."""
     value = value.strip()
-    return not value or (_IDENTIFIER.fullmatch(value) is not None and not _CAMEL.search(value)) or \
-        value.replace("_", "").lower() in NOTIFICATION_TYPES
+    if not value or value.replace("_", "").lower() in NOTIFICATION_TYPES:
+        return True
+    return _IDENTIFIER.fullmatch(value) is not None and len(_WORD.findall(value)) <= 1
 
 
 def alarm_phrase(value) -> str | None:
@@ -58,9 +65,10 @@ def alarm_phrase(value) -> str | None:
     text = str(value).strip()
     if _is_identifier(text):
         return None
-    if " " not in text and (_CAMEL.search(text) or "_" in text):
-        words = _CAMEL.sub(" ", text.replace("_", " ")).split()
-        text = " ".join(w if w.isupper() and len(w) > 1 and not text.isupper() else w.lower() for w in words)
+    if _CAMEL_NAME.fullmatch(text):
+        return _CAMEL.sub(" ", text).lower()
+    if _SNAKE_NAME.fullmatch(text):
+        return text.replace("_", " ").lower()
     return text
 
 
