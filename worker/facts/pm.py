@@ -201,11 +201,11 @@ def parse(text: str, file_name: PmFileName | None = None) -> Facts:
     if several:
         details["managedElements"] = ", ".join(elements[:8]) + (f" and {len(elements) - 8} more"
                                                                  if len(elements) > 8 else "")
+    severity, problem, worst_element = assess(per_object, totals, elements, details)  # rates first
     for name in list(totals)[:MAX_COUNTER_DETAILS]:
         details[name] = f"{totals[name]:g}"
     if suspects:
         details["suspectObjects"] = str(suspects)
-    severity, problem, worst_element = assess(per_object, totals, elements, details)
     entity = worst_element or (elements[0] if elements else sender_name or (file_name.element if file_name else None))
     last_seen = file_end or last_seen
     if file_name is not None:
