@@ -102,6 +102,9 @@ def test_vendor_code_level_outranks_words_and_a_relays_pri():
     ("081109 213924 19 WARN dfs.DataNode$DataXceiver: 10.251.30.6:50010:Got exception while serving blk_-29 to "
      "/10.251.90.64:", "hdfs", "10.251.30.6", "dfs.DataNode$DataXceiver", "warning",
      datetime(2008, 11, 9, 21, 39, 24, tzinfo=UTC), None),
+    ("081109 203518 143 INFO dfs.DataNode$DataXceiver: Receiving block blk_-1608 src: /10.250.19.102:54106 dest: "
+     "/10.250.19.102:50010", "hdfs", "10.250.19.102", "dfs.DataNode$DataXceiver", "info",
+     datetime(2008, 11, 9, 20, 35, 18, tzinfo=UTC), None),
     ("nova-compute.log.1.2017-05-16_13:53:08 2017-05-16 00:00:00.008 25746 INFO nova.compute.manager "
      "[req-3ea4052c-895d-4b64-9e2d-04d64c4d94ab - - - - -] [instance: b9000564] VM Started (Lifecycle Event)",
      "oslo", None, "nova.compute.manager", "info", datetime(2017, 5, 16, 0, 0, 0, 8000, UTC), "nova-compute"),

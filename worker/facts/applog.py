@@ -20,7 +20,7 @@ A line may start with the name of the log file it came from (`nova-compute.log.1
 the file is never the element; its service (`nova-compute`) is the line's `source`. These layouts name
 no host of their own but for HDFS, whose DataNode writes its own `address:port:` before a message
 (`10.251.30.6:50010:Got exception while serving blk_1 to /10.251.90.64:` is logged by host 10.251.30.6;
-the client after `to` is a peer), logfmt's `host=` and the HPC node. The level field is the line's severity; words in the message
+the client after `to` is a peer) and names itself as `dest:` when it starts receiving a block, logfmt's `host=` and the HPC node. The level field is the line's severity; words in the message
 count only when there is none.
 """
 
@@ -62,6 +62,7 @@ _PIPES = re.compile(r"(?P<d>\d{8})-(?P<hms>\d{2}:\d{2}:\d{2}):(?P<f>\d{3})\|(?P<
 _BRACKET_SHORT = re.compile(r"\[(?P<mo>[01]\d)\.(?P<dd>[0-3]\d) (?P<hms>\d{2}:\d{2}:\d{2})\] (?P<prog>\S+) - (?P<msg>.*)")
 _NGINX = re.compile(r"\[(?P<lvl>emerg|alert|crit|error|warn|notice|info|debug)\] \d+#\d+: (?:\*\d+ )?(?P<msg>.*)")
 _SELF_ADDRESS = re.compile(r"(?P<host>(?:\d{1,3}\.){3}\d{1,3}|[\w-]+(?:\.[\w-]+)+):\d+:(?=\S)")
+_RECEIVING_DEST = re.compile(r"\bdest: /((?:\d{1,3}\.){3}\d{1,3}|[\w-]+(?:\.[\w-]+)+):\d+")
 _OSLO = re.compile(r" \d+ [A-Z]+ [a-z_]+(?:\.\w+)+ ")  # oslo.log: pid, level, dotted logger
 _LOGGER = re.compile(r"[A-Za-z_][\w.$/@-]*(?::\d+)?:?")
 _SKIPPED = re.compile(r"-+|\||\d+|\[\S*|\(\S*\)")
@@ -189,6 +190,9 @@ def _timed(line: str, reference: datetime, source: str | None) -> LogLine | None
     own = _SELF_ADDRESS.match(message)
     if own:  # Hadoop's DataNode names itself first: `10.251.30.6:50010:Got exception ...`
         host, message = own.group("host"), message[own.end():]
+    elif shape == "hdfs" and message.startswith("Receiving block"):
+        dest = _RECEIVING_DEST.search(message)  # DataXceiver logs its own address as `dest:`
+        host = dest.group(1) if dest else None
     return _line(when, True, host, logger, severity, message, shape, source)
 
 
