@@ -68,6 +68,15 @@ def _facts(kind, body, **kw):
      "huawei", "HUAWEI", "IFNET/1/IF_LINKDOWN", "critical", datetime(2026, 11, 14, 10, 12, 1, tzinfo=UTC)),
     ("%Dec  6 10:44:55:283 2006 Sysname NTP/5/NTP_LOG:- 1 - NTP service enable", "huawei", "Sysname",
      "NTP/5/NTP_LOG", "info", datetime(2006, 12, 6, 10, 44, 55, 283000, UTC)),
+    # CEF / LEEF envelopes: the event's own severity and name
+    ("<134>Nov 14 10:12:01 fw-cp-1 CEF:0|Check Point|VPN-1 & FireWall-1|Check Point|Log|Drop|High|act=Drop "
+     "src=203.0.113.5 dst=10.0.0.9 msg=Blocked by rule 12", "cef", "fw-cp-1", None, "major",
+     datetime(2026, 11, 14, 10, 12, 1, tzinfo=UTC)),
+    ("<14>Nov 14 10:12:01 proxy-3 LEEF:2.0|Acme|Proxy|1.0|malware-block|cat=security\tsev=9\tsrc=10.1.1.1", "cef",
+     "proxy-3", None, "critical", datetime(2026, 11, 14, 10, 12, 1, tzinfo=UTC)),
+    # Cisco Meraki: an epoch where RFC 5424 has its time
+    ("<134>1 1763115121.123456789 MX84 events type=vpn_connectivity_change vpn_type=site-to-site connectivity=false",
+     "rfc5424", "MX84", "events", "info", datetime(2025, 11, 14, 10, 12, 1, 123457, UTC)),
     # uptime stamps instead of a time: no time, and never a host
     ("<187>000045: 1w2d: %LINK-3-UPDOWN: Interface Gi0/3, changed state to down", "cisco", None, "%LINK-3-UPDOWN",
      "major", None),
@@ -88,6 +97,12 @@ def _facts(kind, body, **kw):
 def test_device_line_host_code_severity_and_time(line, shape, host, app, severity, when):
     parsed = parse_line(line, REF)
     assert (parsed.shape, parsed.host, parsed.app, parsed.severity, parsed.time) == (shape, host, app, severity, when)
+
+
+def test_cef_text_is_the_event_name_and_its_message():
+    line = parse_line("Nov 14 10:12:01 ids-2 CEF:0|Acme|IDS|4.1|1001|SQL injection attempt|9|src=203.0.113.7 "
+                      "msg=blocked at the edge dvchost=ids-sensor-2", REF)
+    assert (line.text, line.severity, line.host) == ("SQL injection attempt: blocked at the edge", "critical", "ids-2")
 
 
 def test_vendor_code_level_outranks_words_and_a_relays_pri():

@@ -25,7 +25,7 @@ import re
 from datetime import datetime, timedelta, timezone
 
 from worker.facts.common import epoch_unit, parse_iso
-from worker.facts import applog, devicelog
+from worker.facts import applog, cef, devicelog
 from worker.facts.levels import LEVEL_NAMES, PRI_SEVERITY, message_severity, vendor_level
 from worker.facts.logline import MONTHS, LogLine
 
@@ -103,6 +103,11 @@ def _message(text: str) -> str:
 
 def _finish(pri, when, year_known, host, app, msgid, text, shape) -> LogLine:
     text = _message(text)
+    envelope = cef.parse(text) if text[:4] in ("CEF:", "LEEF") else None
+    if envelope is not None:  # the event's own severity and name, the device it names
+        severity = envelope.severity or (PRI_SEVERITY[pri % 8] if pri is not None else "info")
+        return LogLine(when, year_known, _nil(host) or envelope.device, _nil(app), _nil(msgid), pri, severity,
+                       envelope.text, "cef")
     # a vendor code is the message's own level: a relay stamps `<13>` on lines that came without a PRI
     severity = vendor_level(text) or (PRI_SEVERITY[pri % 8] if pri is not None else message_severity(text))
     return LogLine(when, year_known, _nil(host), _nil(app), _nil(msgid), pri, severity, text, shape)
@@ -119,8 +124,13 @@ def _parse_header(line: str, reference: datetime) -> LogLine | None:
         line = line[m.end():]
         m5 = _RFC5424.match(line)
         if m5 and m5.group(1) != "0":
-            _version, stamp, host, app, _procid, msgid, rest = m5.groups()
+            _version, stamp, host, app, procid, msgid, rest = m5.groups()
             when = parse_iso(stamp) if stamp != "-" else None
+            if when is None and _EPOCH.fullmatch(stamp):  # Cisco Meraki: `<134>1 EPOCH HOST CATEGORY key=value ...`
+                unit = epoch_unit(stamp)
+                when = datetime.fromtimestamp(unit[1], tz=timezone.utc) if unit else None
+                text = " ".join(p for p in (procid, msgid, rest) if p)
+                return _finish(pri, when, True, host, app, None, text, "rfc5424")
             return _finish(pri, _aware(when), True, host, app, msgid, _strip_sd(rest or ""), "rfc5424")
     m = _BSD_TIME.match(line)
     if m:
