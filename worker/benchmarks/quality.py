@@ -141,10 +141,11 @@ def aggregate(rows: list[dict]) -> dict[str, dict[str, float]]:
 
 # -- the run ---------------------------------------------------------------------------------
 def corpus(n: int, mixed: int, seed: int, real: int = 0, formats: int = 0) -> list[tuple[TelemetryRecord, Facts, str]]:
-    """(record, truth, length group) for `n - mixed - real - formats` short records, then `mixed`
-    from `mixed`, then `real` from `real`, then `formats` from `real-formats`."""
+    """(record, truth, length group) for `n - mixed - real` short records, then `mixed` from
+    `mixed`, then `real` from `real`."""
     from worker.telemetry import generate
 
+    # ... and last `formats` from `real-formats` (network gear, app logs, 28.532 PM, VES alarm names)
     if not 0 <= mixed <= n or not 0 <= real <= n - mixed or not 0 <= formats <= n - mixed - real:
         raise ValueError(f"--mixed ({mixed}), --real ({real}) and --formats ({formats}) must be >= 0 and add up "
                          f"to at most n ({n})")

@@ -9,7 +9,7 @@ import random
 from collections.abc import Iterator
 
 from worker.messages import Facts, TelemetryRecord
-from worker.telemetry import formats_real, logs_real, pm, syslog, trace, ves, ves_real
+from worker.telemetry import logs_real, pm, syslog, trace, ves, ves_real
 from worker.telemetry.common import count_words
 from worker.telemetry.profiles import KINDS, PROFILES, pick, word_range
 
@@ -52,6 +52,8 @@ def _iter_real(n: int | None, profile: str, seed: int) -> Iterator[tuple[Telemet
     while n is None or index < n:
         rng = random.Random(f"{seed}:{profile}:{index}")
         if profile == "real-formats":
+            from . import formats_real  # network gear, application logs, 28.532 PM, VES alarm names
+
             yield formats_real.make(index, int(math.exp(rng.uniform(math.log(6), math.log(80)))), rng)
         elif profile == "real-long":
             yield logs_real.make(index, int(math.exp(rng.uniform(math.log(2000), math.log(50_000)))), rng)

@@ -7,7 +7,7 @@ import random
 from datetime import datetime, timedelta
 
 from worker.messages import Facts, TelemetryRecord
-from worker.telemetry.common import iso_s
+from .common import iso_s
 
 
 def make_pm_28532(index: int, begin: datetime, rng: random.Random) -> tuple[TelemetryRecord, Facts]:

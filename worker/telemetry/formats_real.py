@@ -15,8 +15,8 @@ import random
 from datetime import datetime, timedelta, timezone
 
 from worker.messages import Facts, TelemetryRecord
-from worker.telemetry.common import iso_s
-from worker.telemetry.formats_3gpp import make_pm_28532, make_ves_alarm
+from .common import iso_s
+from .formats_3gpp import make_pm_28532, make_ves_alarm
 
 NET_SHAPES = ("ios", "iosxr", "nxos", "asa", "junos", "eos", "huawei", "mixed_net")
 APP_SHAPES = ("hdfs", "oslo", "zookeeper", "log4j", "python", "klog", "nginx", "apache", "hpc")
