@@ -12,7 +12,7 @@ from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 
 from worker.facts.common import iso_utc
-from worker.facts.pm import PmError, _local, _short_dn, assess
+from worker.facts.pm_kpis import PmError, assess, local as _local, short_dn as _short_dn
 from worker.messages import Facts
 
 _TIME = re.compile(r"(\d{14})(?:\.\d+)?(Z|[+-]\d{2}:?\d{2})?")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from worker.facts.pm import _short_dn, assess
+from worker.facts.pm_kpis import assess, short_dn as _short_dn
 
 Reading = tuple[str | None, str | None, dict[str, str], list[str]]  # severity, problem, details, errors
 
