@@ -149,7 +149,7 @@ def test_syslog_burst_worst_severity_problem_span_and_count():
     assert f.event_count == 5
     assert f.details["app"] == "ngap" and f.details["msgid"] == "LINKDOWN"
     assert f.details["syslogSeverity"] == "err" and f.details["worstSeverityCount"] == "2"
-    assert f.details["hosts"] == "gnb-0042, gnb-0043" and f.details["unparsedLines"] == "1"
+    assert f.details["hosts"] == "gnb-0042, gnb-0043" and "unparsedLines" not in f.details  # indented: continues
 
 
 def test_syslog_rfc3164_host_app_and_severity_from_pri():
@@ -258,7 +258,8 @@ def _fixture_record(name: str) -> TelemetryRecord:
     want = EXPECTED[name]
     text = (FIXTURES / name).read_text(encoding="utf-8")
     body = json.loads(text) if name.endswith(".json") else text
-    return TelemetryRecord(id=name, kind=want["kind"], body=body, timestamp=want.get("timestamp"))
+    return TelemetryRecord(id=name, kind=want["kind"], body=body, timestamp=want.get("timestamp"),
+                           attributes=want.get("attributes", {}))
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -277,7 +278,8 @@ def test_fixture_element_severity_problem_and_times(name):
 @pytest.mark.parametrize("name", sorted(n for n in EXPECTED if not n.endswith((".json", ".xml"))))
 def test_fixture_logs_element_is_the_host_never_a_peer_address(name):
     f = extract_facts(_fixture_record(name))
-    assert not re.fullmatch(r"[\d.]+", f.entity), f.entity
+    if not re.fullmatch(r"[\d.]+", EXPECTED[name]["entity"]):  # an HDFS DataNode is named by its address
+        assert not re.fullmatch(r"[\d.]+", f.entity), f.entity
     text = (FIXTURES / name).read_text(encoding="utf-8")
     peers = set(re.findall(r"(?:from|rhost=|with|to) ((?:\d{1,3}\.){3}\d{1,3})", text))
     assert f.entity not in peers
@@ -300,10 +302,10 @@ REF = datetime(2026, 1, 5, tzinfo=timezone.utc)
     ("KERNDTLB 1117955460 2005.06.05 R21-M1-N6-C:J03-U01 2005-06-05-00.11.00.441201 R21-M1-N6-C:J03-U01 RAS KERNEL "
      "FATAL data TLB error interrupt", "ras", "R21-M1-N6-C:J03-U01", "ras kernel", "critical"),
     ("2022-06-18T09:40:01.511Z 10.12.0.14 <187>Jun 18 09:40:01 sw-access-14 %LINK-3-UPDOWN: Interface Gi1/0/24 down",
-     "rfc3164", "sw-access-14", "%LINK-3-UPDOWN", "major"),
+     "cisco", "sw-access-14", "%LINK-3-UPDOWN", "major"),
     ("1764410400 10.1.2.3 <11>Mar  2 08:14:05 sshd[12]: error: kex_exchange_identification", "rfc3164", "10.1.2.3",
      "sshd", "major"),
-    ("2026-03-02 08:14:05,123 ERROR [main] com.acme.Foo: boom", "iso", None, None, "major"),
+    ("2026-03-02 08:14:05,123 ERROR [main] com.acme.Foo: boom", "applog", None, "com.acme.Foo", "major"),
     ("- 1131567345 2005.11.09 cl-admin2 Nov 9 12:15:45 local@cl-admin2 /opt/x86_64/ganglia/sbin/gmetad[1703]: "
      "poll of source [rack_B4] timed out", "bsd", "cl-admin2", "gmetad", "warning"),  # never `x86_64`
 ])

@@ -140,21 +140,31 @@ def aggregate(rows: list[dict]) -> dict[str, dict[str, float]]:
 
 
 # -- the run ---------------------------------------------------------------------------------
-def corpus(n: int, mixed: int, seed: int, real: int = 0) -> list[tuple[TelemetryRecord, Facts, str]]:
+def corpus(n: int, mixed: int, seed: int, real: int = 0, formats: int = 0) -> list[tuple[TelemetryRecord, Facts, str]]:
     """(record, truth, length group) for `n - mixed - real` short records, then `mixed` from
     `mixed`, then `real` from `real`."""
     from worker.commands.samples import generate
 
-    if not 0 <= mixed <= n or not 0 <= real <= n - mixed:
-        raise ValueError(f"--mixed ({mixed}) and --real ({real}) must be >= 0 and add up to at most n ({n})")
-    out = [(r, t, "short") for r, t in generate(n - mixed - real, "short", seed)]
+    # ... and last `formats` from `real-formats` (network gear, app logs, 28.532 PM, VES alarm names)
+    if not 0 <= mixed <= n or not 0 <= real <= n - mixed or not 0 <= formats <= n - mixed - real:
+        raise ValueError(f"--mixed ({mixed}), --real ({real}) and --formats ({formats}) must be >= 0 and add up "
+                         f"to at most n ({n})")
+    out = [(r, t, "short") for r, t in generate(n - mixed - real - formats, "short", seed)]
     for record, truth in generate(mixed, "mixed", seed):
         long = len(render_body(record).split()) > 1000
         out.append((msgspec.structs.replace(record, id=f"mixed-{record.id}"), truth, "long" if long else "short"))
-    for record, truth in generate(real, "real", seed):
+    for record, truth in generate(real, "real", seed) + generate(formats, "real-formats", seed):
         long = len(render_body(record).split()) > 1000
         out.append((record, truth, "long" if long else "short"))
     return out
+
+
+def record_set(record: TelemetryRecord) -> str:
+    """The benchmark group a record belongs to: `formats` (network gear, app logs, 28.532 PM, VES
+    alarm names), `real` (host logs, field VES/PM) or `generated`."""
+    if record.attributes.get("shape") == "real-formats":
+        return "formats"
+    return "real" if record.id.startswith("real-") else "generated"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -163,6 +173,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how many of them come from the `mixed` profile (default n // 10)")
     parser.add_argument("--real", type=int, default=None,
                         help="how many of them come from the real-shaped `real` profile (default n // 5)")
+    parser.add_argument("--formats", type=int, default=0,
+                        help="how many of them come from `real-formats` (network gear, application logs, "
+                             "TS 28.532 PM, VES alarm names; default 0)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-new-tokens", type=int, default=80)
     parser.add_argument("--model", default=None, help="HF folder or .gguf (default: embedded SmolLM2-135M)")
@@ -197,7 +210,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--n must be >= 1, got {args.n}")
     mixed = args.n // 10 if args.mixed is None else args.mixed
     real = args.n // 5 if args.real is None else args.real
-    items = corpus(args.n, mixed, args.seed, real)
+    formats = getattr(args, "formats", 0)
+    items = corpus(args.n, mixed, args.seed, real, formats)
     started = time.perf_counter()
     model_name, results = summarise([r for r, _, _ in items], args.model, args.device, args.max_new_tokens)
     elapsed = time.perf_counter() - started
@@ -210,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             text, facts, narrative = result.summary, result.facts, result.narrative
         rows.append({"id": record.id, "kind": record.kind, "length": length,
-                     "set": "real" if record.id.startswith("real-") else "generated", "summary": text,
+                     "set": record_set(record), "summary": text,
                      "score": score(record, truth, text, bool(narrative and narrative.agrees)),
                      "truth": msgspec.to_builtins(truth),
                      "facts": msgspec.to_builtins(facts) if facts is not None else None,
@@ -219,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
     with args.output.open("w") as fh:
         for row in rows:
             fh.write(json.dumps(row) + "\n")
-    result = {"model": model_name, "n": args.n, "mixed": mixed, "real": real, "seed": args.seed,
+    result = {"model": model_name, "n": args.n, "mixed": mixed, "real": real, "formats": formats, "seed": args.seed,
               "max_new_tokens": args.max_new_tokens, "failures": failures, "seconds": round(elapsed, 1),
               "echo_rule": f"substring of body or >= {ECHO_OVERLAP} of tokens from one body line",
               "groups": aggregate(rows)}
@@ -235,7 +249,8 @@ def run(args: argparse.Namespace) -> int:
 
 def format_table(result: dict) -> str:
     """The result as a fixed-width text table, one row per group."""
-    lines = [f"{result['model']}: n={result['n']} (mixed {result['mixed']}, real {result.get('real', 0)}), "
+    lines = [f"{result['model']}: n={result['n']} (mixed {result['mixed']}, real {result.get('real', 0)}, "
+             f"formats {result.get('formats', 0)}), "
              f"seed {result['seed']}, max_new_tokens {result['max_new_tokens']}, {result['seconds']} s, "
              f"{result['failures']} failed",
              f"{'group':<16}{'n':>5}{'element':>9}{'problem':>9}{'severity':>10}{'echo':>7}{'empty':>7}{'agrees':>8}"]

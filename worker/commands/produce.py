@@ -26,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="length profile: mixed (45-130 / 1820-2000 words interleaved), "
                              "uniform (50-1900 words), oam (long tail to ~50k tokens), short (45-130 words); "
                              "or real-shaped: real (host logs in every syslog shape, field-style VES and PM, "
-                             "ugly ones included), real-long (whole log files of 2,000-50,000 lines)")
+                             "ugly ones included), real-long (whole log files of 2,000-50,000 lines), "
+                             "real-formats (network gear, application logs, TS 28.532 PM, VES alarm names)")
     parser.add_argument("--seed", type=int, default=0, help="same seed, same records (default 0)")
     parser.add_argument("--kinds", default=",".join(KINDS),
                         help=f"comma-separated record kinds to draw from (default {','.join(KINDS)})")

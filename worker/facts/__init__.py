@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 import msgspec
 
 from worker.facts import pm, syslog, text, trace, ves
+from worker.facts.pm_filename import FILE_ATTRIBUTES, parse_file_name
 from worker.facts.common import SEVERITIES, parse_iso, with_error
 from worker.messages import Facts, TelemetryRecord
 
@@ -50,10 +51,14 @@ def _by_kind(record: TelemetryRecord) -> Facts:
             return _fallback(record, str(exc))
     body = record.body_text()
     if kind == "pm":
+        names = [record.attributes.get(k) for k in FILE_ATTRIBUTES] + [record.id]
+        file_name = next((n for n in map(parse_file_name, filter(None, names)) if n is not None), None)
         try:
-            return pm.parse(body)
+            return pm.parse(body, file_name)
         except pm.PmError as exc:
-            return _fallback(record, str(exc))
+            facts = _fallback(record, str(exc))
+            element = pm.element_hint(body) or (file_name.element if file_name else None)
+            return msgspec.structs.replace(facts, entity=element) if element else facts
     if kind == "syslog":
         return _logs(record, body) or _fallback(record, "no syslog line (RFC 5424/3164, BSD, ISO) found")
     if kind == "trace":

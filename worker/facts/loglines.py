@@ -4,7 +4,11 @@ Shapes, tried in this order (a collector's own fields in front of a line are pee
 
 - RFC 5424: `<PRI>1 TIMESTAMP HOST APP PROCID MSGID [SD] MSG`
 - RFC 3164 / BSD, with or without `<PRI>`: `Mmm dd hh:mm:ss HOST TAG[PID]: MSG` (days padded with
-  a space, an optional year or fraction after the day/time, HOST optional when TAG ends in `:`)
+  a space, an optional year or fraction after the day/time, or the year first as NX-OS writes it,
+  HOST optional when TAG ends in `:`)
+- network gear lines with a vendor message code (`devicelog`) and application layouts (`applog`)
+  are tried before these; a container runtime's prefix (CRI: `TIME stdout|stderr F|P LINE`) is
+  peeled off first
 - rsyslog high-precision and ISO-stamped files: `2026-03-02T08:14:05.123456+01:00 HOST TAG[PID]: MSG`
 - collector-prefixed: leading `-` or an upper-case alert tag, an epoch, a `YYYY.MM.DD` date, an ISO
   time, a sequence number or the sender's address, then one of the shapes above, or
@@ -19,13 +23,14 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta, timezone
-from typing import NamedTuple
 
 from worker.facts.common import epoch_unit, parse_iso
-from worker.facts.levels import LEVEL_NAMES, PRI_SEVERITY, message_severity
+from worker.facts import applog, cef, devicelog
+from worker.facts.levels import LEVEL_NAMES, PRI_SEVERITY, message_severity, vendor_level
+from worker.facts.logline import MONTHS, LogLine
 
-MONTHS = {m: i for i, m in enumerate(
-    ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), start=1)}
+__all__ = ["LogLine", "parse_line"]
+
 
 _PRI = re.compile(r"<(\d{1,3})>")
 _RFC5424 = re.compile(r"(\d{1,2}) (\S+) (\S+) (\S+) (\S+) (\S+)(?: (.*))?$")
@@ -46,20 +51,11 @@ _NODE = re.compile(r"[^\W_][\w.:@/-]*")
 _RAS_HEAD = re.compile(
     r"((?:[A-Z][A-Z_]+ ){1,2})(?=(?:EMERG|ALERT|CRIT|CRITICAL|FATAL|PANIC|ERR|ERROR|SEVERE|FAILURE|WARN|"
     r"WARNING|NOTICE|INFO|DEBUG)\b)")
+_CRI = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})) (?:stdout|stderr) [FP] (.*)")
+_YEAR_FIRST = re.compile(r"^(<\d{1,3}>)?(?::\s*)?((?:19|20)\d\d) ((?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2})"
+                         r"(?= \d{2}:\d{2}:\d{2})")
 _UPTIME = re.compile(r"^\[\s*\d+\.\d+\]\s*")
 _MAX_PREFIX_TOKENS = 5
-
-
-class LogLine(NamedTuple):
-    time: datetime | None  # timezone-aware; a BSD time without zone is read as UTC
-    year_known: bool       # False when a BSD time's year came from the reference time
-    host: str | None
-    app: str | None
-    msgid: str | None
-    pri: int | None
-    severity: str          # on the shared scale (from PRI when present, else level words)
-    text: str
-    shape: str             # rfc5424, rfc3164, bsd, iso, ras
 
 
 def _nil(value: str | None) -> str | None:
@@ -107,7 +103,13 @@ def _message(text: str) -> str:
 
 def _finish(pri, when, year_known, host, app, msgid, text, shape) -> LogLine:
     text = _message(text)
-    severity = PRI_SEVERITY[pri % 8] if pri is not None else message_severity(text)
+    envelope = cef.parse(text) if text[:4] in ("CEF:", "LEEF") else None
+    if envelope is not None:  # the event's own severity and name, the device it names
+        severity = envelope.severity or (PRI_SEVERITY[pri % 8] if pri is not None else "info")
+        return LogLine(when, year_known, _nil(host) or envelope.device, _nil(app), _nil(msgid), pri, severity,
+                       envelope.text, "cef")
+    # a vendor code is the message's own level: a relay stamps `<13>` on lines that came without a PRI
+    severity = vendor_level(text) or (PRI_SEVERITY[pri % 8] if pri is not None else message_severity(text))
     return LogLine(when, year_known, _nil(host), _nil(app), _nil(msgid), pri, severity, text, shape)
 
 
@@ -122,8 +124,13 @@ def _parse_header(line: str, reference: datetime) -> LogLine | None:
         line = line[m.end():]
         m5 = _RFC5424.match(line)
         if m5 and m5.group(1) != "0":
-            _version, stamp, host, app, _procid, msgid, rest = m5.groups()
+            _version, stamp, host, app, procid, msgid, rest = m5.groups()
             when = parse_iso(stamp) if stamp != "-" else None
+            if when is None and _EPOCH.fullmatch(stamp):  # Cisco Meraki: `<134>1 EPOCH HOST CATEGORY key=value ...`
+                unit = epoch_unit(stamp)
+                when = datetime.fromtimestamp(unit[1], tz=timezone.utc) if unit else None
+                text = " ".join(p for p in (procid, msgid, rest) if p)
+                return _finish(pri, when, True, host, app, None, text, "rfc5424")
             return _finish(pri, _aware(when), True, host, app, msgid, _strip_sd(rest or ""), "rfc5424")
     m = _BSD_TIME.match(line)
     if m:
@@ -240,6 +247,22 @@ def parse_line(line: str, reference: datetime | None = None) -> LogLine | None:
     if not line:
         return None
     reference = reference or datetime.now(timezone.utc)
+    cri = _CRI.match(line) if line[:1].isdigit() else None
+    if cri:  # a container runtime's own time and stream before the program's line
+        when = _aware(parse_iso(cri.group(1)))
+        inner = parse_line(cri.group(2), when or reference) if cri.group(2).strip() else None
+        if inner is None:
+            text = _message(cri.group(2))
+            return LogLine(when, True, None, None, None, None, message_severity(text), text, "cri")
+        return inner if inner.time and inner.year_known else inner._replace(time=inner.time or when, year_known=True)
+    device = devicelog.parse(line, reference)
+    if device is not None:
+        return device
+    app = applog.parse(line, reference)
+    if app is not None:
+        return app
+    if line[:1] in "<12":  # NX-OS and others write the year first: `2026 Nov 14 10:12:01 host ...`
+        line = _YEAR_FIRST.sub(r"\1\3 \2", line, count=1)
     parsed = _parse_header(line, reference)
     if parsed is not None:
         if parsed.shape == "iso" and _PRI.match(parsed.text) or _BSD_TIME.match(parsed.text):

@@ -1,4 +1,14 @@
-"""Facts from a 3GPP TS 32.435 PM XML file: element, counters, derived success rates, period."""
+"""Facts from a 3GPP PM XML file: TS 32.435 `measCollecFile` or TS 28.532 `measDataFile` (the
+same tree with `measEntity` for `managedElement` and the times in `fileHeader/measData` and
+`fileFooter/measData`): element, counters, derived success rates, period. The older TS 32.401
+`mdc` layout is read by `pm_mdc` with the same rules.
+
+The element is the `ManagedElement` of the DN (`...,ManagedElement=RNC-Gbg-1`), else the userLabel,
+else the DN's last value: never a function or cell under it (`RncFunction=RF-1`). Processing
+instructions before the XML declaration (`<?xml-stylesheet?>` first) are accepted; a file whose end
+precedes its begin gets its span in order and says so in facts_error. A TS 28.550 file name
+(`A20261114.1000+0100-1015+0100_gNB-7.xml`), when the record carries one, supplies what the XML lacks.
+"""
 
 from __future__ import annotations
 
@@ -7,27 +17,21 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 
 from worker.facts.common import iso_utc, parse_iso
+from worker.facts.pm_filename import PmFileName
+from worker.facts.pm_kpis import ME_IN_DN as _ME_IN_DN, RATIOS, PmError, assess, local as _local, short_dn as _short_dn
+from worker.facts.pm_mdc import parse_mdc
 from worker.messages import Facts
+
+__all__ = ["MAX_XML_CHARS", "RATIOS", "PmError", "element_hint", "parse"]
+
+ROOTS = ("measCollecFile", "measDataFile")
+ELEMENT_NODES = ("managedElement", "measEntity")
+_DECLARATION = re.compile(r"<\?xml\s[^>]*\?>")  # anywhere: a PI may precede it in the field
+_LABEL = re.compile(r"userLabel=\"([^\"]+)\"")
 
 # Guard before parsing: bigger than any sane single PM file, and no DTDs (entity expansion).
 MAX_XML_CHARS = 16 * 1024 * 1024
 MAX_COUNTER_DETAILS = 12
-
-# (name, attempts counter prefix, successes counter prefix, minor below %, major below %)
-RATIOS = (
-    ("RRC setup success rate", "RRC.ConnEstabAtt", "RRC.ConnEstabSucc", 98.0, 90.0),
-    ("E-RAB setup success rate", "ERAB.EstabInitAttNbr", "ERAB.EstabInitSuccNbr", 98.0, 90.0),
-    ("DRB setup success rate", "DRB.EstabAtt", "DRB.EstabSucc", 98.0, 90.0),
-    ("handover success rate", "HO.ExeAtt", "HO.ExeSucc", 95.0, 85.0),
-)
-
-
-class PmError(ValueError):
-    """The body is not a parseable 32.435 measCollecFile."""
-
-
-def _local(tag: str) -> str:
-    return tag.rsplit("}", 1)[-1]
 
 
 def _children(node: ET.Element, name: str) -> list[ET.Element]:
@@ -38,22 +42,20 @@ def _first(node: ET.Element, name: str) -> ET.Element | None:
     return next((c for c in node.iter() if _local(c.tag) == name), None)
 
 
-def _short_dn(dn: str) -> str:
-    """`ManagedElement=gNB-0042` -> `gNB-0042`; the last RDN's value of a DN."""
-    return dn.rsplit(",", 1)[-1].split("=", 1)[-1] if dn else dn
+def _element_of(node: ET.Element) -> str | None:
+    dn = node.get("localDn", "")
+    if _ME_IN_DN.search(dn):
+        return _short_dn(dn)
+    return node.get("userLabel") or _short_dn(dn) or None
 
 
-def _last_rdn(dn: str) -> str:
-    """`ManagedElement=gNB-0042,NRCellDU=3` -> `NRCellDU=3` (the whole element when empty)."""
-    return dn.rsplit(",", 1)[-1] if dn else "the element"
-
-
-def _sum_counter(values: dict[str, float], prefix: str) -> float | None:
-    """`prefix.Sum` when reported, else the sum of every `prefix` / `prefix.*` counter."""
-    if f"{prefix}.Sum" in values:
-        return values[f"{prefix}.Sum"]
-    found = [v for k, v in values.items() if k == prefix or k.startswith(prefix + ".")]
-    return sum(found) if found else None
+def element_hint(text: str) -> str | None:
+    """The managed element a PM file that does not parse still names (its DN, else a userLabel)."""
+    me = _ME_IN_DN.search(text.replace("\"", ","))
+    if me:
+        return me.group(1).strip()
+    label = _LABEL.search(text)
+    return label.group(1) if label else None
 
 
 def _period_seconds(duration: str | None) -> int | None:
@@ -64,33 +66,40 @@ def _period_seconds(duration: str | None) -> int | None:
     return h * 3600 + mi * 60 + s
 
 
-def parse(text: str) -> Facts:
-    """Facts from one measCollecFile. Raises PmError when it cannot be parsed."""
+def parse(text: str, file_name: PmFileName | None = None) -> Facts:
+    """Facts from one PM file (`file_name`: what its 28.550 name says). Raises PmError when it cannot
+    be parsed."""
     if len(text) > MAX_XML_CHARS:
         raise PmError(f"PM XML of {len(text)} characters is over the {MAX_XML_CHARS} limit")
     if "<!DOCTYPE" in text or "<!ENTITY" in text:
         raise PmError("PM XML with a DTD is refused (entity expansion)")
     try:
-        root = ET.fromstring(text.lstrip("\ufeff").strip())
+        root = ET.fromstring(_DECLARATION.sub("", text.lstrip("\ufeff"), count=1).strip())
     except ET.ParseError as exc:
         raise PmError(f"PM XML does not parse: {exc}") from exc
-    if _local(root.tag) != "measCollecFile":
-        raise PmError(f"root element is <{_local(root.tag)}>, not <measCollecFile>")
+    if _local(root.tag) == "mdc":
+        return parse_mdc(root)
+    if _local(root.tag) not in ROOTS:
+        raise PmError(f"root element is <{_local(root.tag)}>, not <measCollecFile> (TS 32.435), "
+                      f"<measDataFile> (TS 28.532) or <mdc> (TS 32.401)")
     sender = _first(root, "fileSender")
-    sender_name = _short_dn(sender.get("localDn", "")) if sender is not None else None
-    begin = _first(root, "measCollec")
-    first_seen = _iso(begin.get("beginTime")) if begin is not None else None
-    # one block per measData; each names its managed element (a file may hold several)
-    blocks = [n for n in root.iter() if _local(n.tag) == "measData"] or [root]
+    sender_name = (_short_dn(sender.get("localDn", "")) or sender.get("senderName") or None) if sender is not None \
+        else None
+    header = next(iter(_children(root, "fileHeader")), None)
+    footer = next(iter(_children(root, "fileFooter")), None)
+    stamps = [n for part in (header, footer) if part is not None for n in part.iter()]
+    first_seen = next((_iso(n.get("beginTime")) for n in stamps if n.get("beginTime")), None)
+    file_end = next((_iso(n.get("endTime")) for n in stamps if n.get("endTime")), None)
+    # one block per measData under the root; each names its managed element (a file may hold several)
+    blocks = [n for n in root if _local(n.tag) == "measData"] or [root]
     # (element, measured object) -> counter name -> value
     per_object: dict[tuple[str | None, str], dict[str, float]] = defaultdict(dict)
     totals: dict[str, float] = defaultdict(float)
     elements: list[str] = []
     period, last_seen, suspects = None, None, 0
     for block in blocks:
-        node = _first(block, "managedElement")
-        element = (node.get("userLabel") or _short_dn(node.get("localDn", ""))) if node is not None else None
-        element = element or sender_name or None
+        node = next((n for n in block.iter() if _local(n.tag) in ELEMENT_NODES), None)
+        element = (_element_of(node) if node is not None else None) or sender_name or None
         if element and element not in elements:
             elements.append(element)
         for info in (n for n in block.iter() if _local(n.tag) == "measInfo"):
@@ -120,7 +129,7 @@ def parse(text: str) -> Facts:
                         per_object[(element, obj)][name] = number
                         totals[name] += number
     if not totals:
-        raise PmError("measCollecFile holds no numeric counter values")
+        raise PmError(f"{_local(root.tag)} holds no numeric counter values")
     several = len(elements) > 1
     details: dict[str, str] = {}
     if period:
@@ -129,34 +138,24 @@ def parse(text: str) -> Facts:
     if several:
         details["managedElements"] = ", ".join(elements[:8]) + (f" and {len(elements) - 8} more"
                                                                  if len(elements) > 8 else "")
-    findings: list[tuple[int, str, str | None]] = []  # (0 major / 1 minor, text, element)
-    for label, att, succ, minor_below, major_below in RATIOS:
-        total_att, total_succ = _sum_counter(totals, att), _sum_counter(totals, succ)
-        if not total_att:
-            continue
-        details[label] = f"{100.0 * (total_succ or 0) / total_att:.1f}%"
-        rates = [(100.0 * (_sum_counter(c, succ) or 0) / a, key) for key, c in per_object.items()
-                 if (a := _sum_counter(c, att))]
-        worst_rate, (worst_element, worst_obj) = min(rates, key=lambda r: r[0])
-        if worst_rate < minor_below:
-            where = _last_rdn(worst_obj) + (f" of {worst_element}" if several and worst_element else "")
-            findings.append((0 if worst_rate < major_below else 1, f"low {label} {worst_rate:.1f}% on {where}",
-                             worst_element))
+    severity, problem, worst_element = assess(per_object, totals, elements, details)  # rates first
     for name in list(totals)[:MAX_COUNTER_DETAILS]:
         details[name] = f"{totals[name]:g}"
     if suspects:
         details["suspectObjects"] = str(suspects)
-    entity = elements[0] if elements else sender_name
-    if findings:
-        findings.sort(key=lambda f: f[0])
-        severity = "major" if findings[0][0] == 0 else "minor"
-        problem = "; ".join(text for level, text, _ in findings if level == findings[0][0])
-        entity = findings[0][2] or entity
-    else:
-        severity = "info"
-        problem = "KPIs within normal range" + (f" on all {len(elements)} managed elements" if several else "")
+    entity = worst_element or (elements[0] if elements else sender_name or (file_name.element if file_name else None))
+    last_seen = file_end or last_seen
+    if file_name is not None:
+        first_seen = first_seen or iso_utc(file_name.begin)
+        last_seen = last_seen or iso_utc(file_name.end)
+        details["fileType"] = f"{file_name.file_type} (28.550)"
+    error = None
+    if first_seen and last_seen and last_seen < first_seen:
+        error = f"PM file's end time {last_seen} precedes its begin time {first_seen}; span given in order"
+        first_seen, last_seen = last_seen, first_seen
     return Facts(entity=entity, severity=severity, problem=problem, first_seen=first_seen,
-                 last_seen=last_seen or first_seen, event_count=len(per_object), details=details)
+                 last_seen=last_seen or first_seen, event_count=len(per_object), details=details,
+                 facts_error=error)
 
 
 def _iso(value: str | None) -> str | None:

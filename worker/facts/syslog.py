@@ -3,7 +3,9 @@
 The lines are grouped into templates (`groups`); the problem is the dominant templates, ranked by
 count weighted by severity (each step of the scale weighs ten times the next: one `critical` line
 outranks 9 `major` ones, 38 failed logins outrank one `error`), written with their counts. The
-severity is the worst seen; the element is the host that logged the leading problem most.
+severity is the worst seen. The element is a sender of the window: the one with the worst severity,
+then the most lines (lines addressing the model do not count); a window whose lines name no sender
+(application logs) takes the service its log file is named for, else none (the record's attributes).
 """
 
 from __future__ import annotations
@@ -23,21 +25,25 @@ SYSLOG_NAMES = ("emerg", "alert", "crit", "err", "warning", "notice", "info", "d
 MAX_PROBLEM_GROUPS = 5   # in Facts.problems
 PROBLEM_TEXT_GROUPS = 2  # in the one-line problem a small model reads
 MAX_LOG_PROBLEM_CHARS = 200
+# How the lines after a Java or Python error begin (they belong to the line before).
+CONTINUATIONS = ("at ", "Caused by:", "Traceback ", "File \"", "...", "Exception in thread", "\tat ")
 
 
-def parse_lines(text: str, reference: datetime | None = None) -> tuple[list[LogLine], int]:
-    """(the log lines of `text`, how many non-blank lines were not log lines)."""
+def parse_lines(text: str, reference: datetime | None = None) -> tuple[list[LogLine], int, int]:
+    """(the log lines of `text`, how many non-blank lines were not log lines, how many of those
+    continue the line before: a stack trace's frames, an indented detail)."""
     lines: list[LogLine] = []
-    unparsed = 0
+    unparsed = continued = 0
     for raw in text.splitlines():
         if not raw.strip():
             continue
         line = parse_line(raw, reference)
         if line is None:
             unparsed += 1
+            continued += bool(lines) and (raw[:1].isspace() or raw.startswith(CONTINUATIONS))
         else:
             lines.append(line)
-    return lines, unparsed
+    return lines, unparsed, continued
 
 
 def _rank(group: Group) -> tuple[int, int]:
@@ -54,6 +60,23 @@ def _problem_groups(groups: list[Group]) -> list[Group]:
     return ranked
 
 
+def _sender(lines: list[LogLine], addressed: list[Group], field: str) -> str | None:
+    """The `field` (host, or a log file's service) with the worst severity, then the most lines;
+    None when no line names one."""
+    worst: dict[str, int] = {}
+    count: Counter = Counter()
+    for line in lines:
+        name = getattr(line, field)
+        if name is None or (addressed and aimed_at_model(line.text)):
+            continue
+        rank = SEVERITY_RANK[line.severity]
+        worst[name] = min(rank, worst.get(name, rank))
+        count[name] += 1
+    if not count:
+        return None
+    return min(count, key=lambda host: (worst[host], -count[host]))  # first seen on ties
+
+
 def _phrase(group: Group, with_app: bool) -> str:
     text = group.text()
     if with_app and group.app:
@@ -68,7 +91,7 @@ def _iso(when: datetime | None) -> str | None:
 def parse(text: str, reference: datetime | None = None, reference_source: str = "receive time") -> Facts | None:
     """Facts from a log window, or None when no line is a log line. `reference` gives the year of
     BSD times without one; `reference_source` names where it came from (for `Facts.year_source`)."""
-    lines, unparsed = parse_lines(text, reference)
+    lines, unparsed, continued = parse_lines(text, reference)
     if not lines:
         return None
     groups = group_messages((line.app, line.text, line.severity, line.time, line.host) for line in lines)
@@ -78,7 +101,7 @@ def parse(text: str, reference: datetime | None = None, reference_source: str = 
     worst = min((g.severity for g in trusted), key=SEVERITY_RANK.__getitem__)
     hosts = Counter(line.host for line in lines if line.host)
     apps = Counter(line.app for line in lines if line.app)
-    entity = leading[0].main_host() or (hosts.most_common(1)[0][0] if hosts else None)
+    entity = _sender(lines, addressed, "host") or _sender(lines, addressed, "source")
     times = [line.time for line in lines if line.time is not None]
     shown = leading[:PROBLEM_TEXT_GROUPS]
     # the lead's app is in details: a small model that reads `sshd: ...` first drifts into log lines
@@ -99,8 +122,8 @@ def parse(text: str, reference: datetime | None = None, reference_source: str = 
         details["hosts"] = ", ".join(h for h, _ in hosts.most_common(8))
     if len(apps) > 1:
         details["apps"] = ", ".join(a for a, _ in apps.most_common(8))
-    if unparsed:
-        details["unparsedLines"] = str(unparsed)
+    if unparsed > continued:  # a stack trace's frames belong to the line before them
+        details["unparsedLines"] = str(unparsed - continued)
     if addressed:
         details["linesAddressingModel"] = str(sum(g.count for g in addressed))
     year_source = reference_source if any(not line.year_known for line in lines if line.time) else None

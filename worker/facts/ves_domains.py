@@ -1,14 +1,23 @@
 """What each VES 7.x domain's fields say: (severity, problem, details) per event.
 
 fault, measurement, heartbeat, thresholdCrossingAlert, notification, pnfRegistration, stateChange,
-syslog, and stndDefined carrying a 3GPP TS 28.532 alarm notification (`notifyNewAlarm`, ...).
+syslog, stndDefined carrying a 3GPP TS 28.532 alarm notification (`notifyNewAlarm`, ...), and
+perf3gpp (a PM file as ONAP's PM mapper publishes it; `ves_perf3gpp`).
 A domain not listed here is read by its header alone (see `ves.py`).
+
+The problem is the alarm: `specificProblem`, else the alarm's name, else `alarmCondition` /
+`probableCause`. An identifier in one of those fields (a neighbour cell id such as `Chn0001`, a
+notification type such as `notifyNewAlarm`) is a detail, never the problem; a camelCase alarm name
+is written out in words (`lossOfSignal` -> `loss of signal`) so that it reads as a phrase.
 """
 
 from __future__ import annotations
 
+import re
+
 from worker.facts.common import worst_severity
 from worker.facts.levels import PRI_SEVERITY
+from worker.facts.ves_perf3gpp import perf3gpp
 
 REQUIRED_FAULT_FIELDS = (
     "alarmCondition", "eventSeverity", "eventSourceType", "faultFieldsVersion", "specificProblem",
@@ -28,6 +37,63 @@ MEM_MAJOR, MEM_MINOR = 90.0, 80.0
 
 Reading = tuple[str | None, str | None, dict[str, str], list[str]]  # severity, problem, details, errors
 
+# Keys (compared without case, `-` or `_`) that name an alarm, in the order they are trusted.
+ALARM_KEYS = ("specificproblem", "alarmname", "alarmtext", "alarmcondition", "probablecause", "additionaltext")
+NOTIFICATION_TYPES = ("notifynewalarm", "notifychangedalarm", "notifyclearedalarm", "notifyalarmlistrebuilt",
+                      "notifycorrelatednotificationchanged", "notifyackstatechanged", "notifycomments")
+_IDENTIFIER = re.compile(r"(?=[\w.:/=,-]*\d)[\w.:/=,-]+")  # one token holding a digit: `Chn0001`, `NRCellDU=3`
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_WORD = re.compile(r"[A-Za-z]{3,}")
+# Names written in words: `lossOfSignal`, `RanPciCollision`, `LOSS_OF_SIGNAL` (mixed forms stay as they are).
+_CAMEL_NAME = re.compile(r"[a-z]+(?:[A-Z][a-z]+)+|(?:[A-Z][a-z]+){2,}")
+_SNAKE_NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[a-z][a-z0-9]*(?:_[a-z0-9]+)+")
+
+
+def _is_identifier(value: str) -> bool:
+    """One token with a digit and at most one word in it (`Chn0001`, `NRCellDU=3`, `FM001`, but not
+    `5G_link_failure`), or a notification type."""
+    value = value.strip()
+    if not value or value.replace("_", "").lower() in NOTIFICATION_TYPES:
+        return True
+    return _IDENTIFIER.fullmatch(value) is not None and len(_WORD.findall(value)) <= 1
+
+
+def alarm_phrase(value) -> str | None:
+    """An alarm field as the problem: None for an identifier; a camelCase or SNAKE_CASE name in words."""
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        return None
+    text = str(value).strip()
+    if _is_identifier(text):
+        return None
+    if _CAMEL_NAME.fullmatch(text):
+        return _CAMEL.sub(" ", text).lower()
+    if _SNAKE_NAME.fullmatch(text):
+        return text.replace("_", " ").lower()
+    return text
+
+
+def find_alarm(fields: dict, depth: int = 3) -> tuple[str, str] | None:
+    """(key, phrase) of the first alarm-naming field in `fields` or below it (ALARM_KEYS order)."""
+    found: dict[str, str] = {}
+
+    def walk(node, level):
+        if level > depth or not isinstance(node, dict):
+            return
+        for key, value in node.items():
+            norm = str(key).replace("-", "").replace("_", "").lower()
+            if norm in ALARM_KEYS and norm not in found:
+                phrase = alarm_phrase(value)
+                if phrase:
+                    found[norm] = phrase
+            elif isinstance(value, dict):
+                walk(value, level + 1)
+            elif isinstance(value, list):
+                for item in value[:16]:
+                    walk(item, level + 1)
+
+    walk(fields, 0)
+    return next(((k, found[k]) for k in ALARM_KEYS if k in found), None)
+
 
 def _str_fields(fields: dict, names) -> dict[str, str]:
     return {k: str(fields[k]) for k in names if fields.get(k) not in (None, "", [], {})}
@@ -45,10 +111,13 @@ def fault(event: dict) -> Reading:
     severity = VES_SEVERITY.get(raw)
     if raw and severity is None:
         errors.append(f"unknown eventSeverity {fields['eventSeverity']!r}")
-    problem = fields.get("specificProblem") or fields.get("alarmCondition")
+    alarm = find_alarm(fields)
+    problem = alarm[1] if alarm else None
     if problem and raw == "NORMAL":
         problem = f"{problem} cleared"
     details = _str_fields(fields, ("alarmCondition", "eventSourceType", "vfStatus", "alarmInterfaceA"))
+    if fields.get("specificProblem") and (alarm is None or alarm[0] != "specificproblem"):
+        details["specificProblem"] = str(fields["specificProblem"])
     if raw:
         details["eventSeverity"] = raw
     return severity, problem, details, errors
@@ -188,9 +257,11 @@ def stnd_defined(event: dict) -> Reading:
     errors = [f"unknown perceivedSeverity {data['perceivedSeverity']!r}"] if raw and severity is None else []
     if raw:
         details["perceivedSeverity"] = raw
-    problem = data.get("specificProblem") or data.get("probableCause") or data.get("additionalText")
-    if problem and data.get("probableCause") and data.get("probableCause") != problem:
-        problem = f"{problem} ({data['probableCause']})"
+    alarm = find_alarm(data)
+    problem = alarm[1] if alarm else None
+    cause = alarm_phrase(data.get("probableCause"))
+    if problem and cause and cause != problem and alarm[0] != "probablecause":
+        problem = f"{problem} ({cause})"
     if kind == "notifyClearedAlarm" or raw == "CLEARED":
         severity, problem = "info", f"{problem or 'alarm'} cleared"
     elif not problem and kind:
@@ -202,5 +273,5 @@ READERS = {
     "fault": fault, "measurement": measurement, "measurementsForVfScaling": measurement,
     "heartbeat": heartbeat, "thresholdCrossingAlert": threshold_crossing, "notification": notification,
     "pnfRegistration": pnf_registration, "stateChange": state_change, "syslog": syslog,
-    "stndDefined": stnd_defined,
+    "stndDefined": stnd_defined, "perf3gpp": perf3gpp,
 }

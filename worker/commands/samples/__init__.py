@@ -16,8 +16,9 @@ from worker.commands.samples.profiles import KINDS, PROFILES, pick, word_range
 __all__ = ["KINDS", "PROFILES", "REAL_PROFILES", "count_words", "generate", "iter_generate", "word_range"]
 
 # Real-shaped profiles: host logs in every syslog shape and field-style VES/PM bodies (`real`,
-# 5-300 lines or events), or whole log files of 2,000-50,000 lines (`real-long`).
-REAL_PROFILES = ("real", "real-long")
+# 5-300 lines or events), whole log files of 2,000-50,000 lines (`real-long`), or network gear,
+# application logs, TS 28.532 PM files and VES alarms named outside specificProblem (`real-formats`).
+REAL_PROFILES = ("real", "real-long", "real-formats")
 
 _MAKERS = {"ves": ves.make, "syslog": syslog.make, "pm": pm.make, "trace": trace.make}
 
@@ -50,7 +51,11 @@ def _iter_real(n: int | None, profile: str, seed: int) -> Iterator[tuple[Telemet
     index = 0
     while n is None or index < n:
         rng = random.Random(f"{seed}:{profile}:{index}")
-        if profile == "real-long":
+        if profile == "real-formats":
+            from . import formats_real  # network gear, application logs, 28.532 PM, VES alarm names
+
+            yield formats_real.make(index, int(math.exp(rng.uniform(math.log(6), math.log(80)))), rng)
+        elif profile == "real-long":
             yield logs_real.make(index, int(math.exp(rng.uniform(math.log(2000), math.log(50_000)))), rng)
         elif index % 2 == 0:
             yield logs_real.make(index // 2, int(math.exp(rng.uniform(math.log(5), math.log(300)))), rng)
