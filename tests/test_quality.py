@@ -20,7 +20,7 @@ from worker.benchmarks.quality import (
 )
 from worker.cli import main
 from worker.messages import Facts, TelemetryRecord
-from worker.prompts import EXAMPLE_VALUES, render_body
+from worker.prompts import EXAMPLE_VALUES, copied_example_value, render_body
 from worker.telemetry import generate
 
 
@@ -101,7 +101,8 @@ def test_score_and_aggregate_per_kind_and_overall():
     truth = Facts(entity="gNB-0642", severity="major", problem="BGP down", details={"problemKeywords": "bgp, down"})
     good = score(record, truth, "gNB-0642 lost its BGP session (peer down), a major fault at 00:03 UTC.")
     bad = score(record, truth, LINES[0])
-    assert good == {"agrees": False, "entity": True, "problem": True, "severity": True, "echo": False, "empty": False}
+    assert good == {"agrees": False, "entity": True, "problem": True, "severity": True, "echo": False, "empty": False,
+                    "copied": False}
     assert bad["echo"] and not bad["severity"]
     rows = [{"kind": "syslog", "length": "short", "score": good}, {"kind": "pm", "length": "short", "score": bad}]
     groups = aggregate(rows)
@@ -126,6 +127,25 @@ def test_corpus_real_records_last_and_of_real_shapes():
     assert {r.attributes["shape"] for r, _, _ in items[4:]} == {"real-log", "real-ves"}
     with pytest.raises(ValueError, match="--real"):
         corpus(4, 2, seed=0, real=3)
+
+
+def test_corpus_grounding_cases_last_and_scored_as_their_own_set():
+    from worker.benchmarks.quality import _set_of
+
+    items = corpus(10, 1, seed=0, real=2, grounding=4)
+    assert [_set_of(r) for r, _, _ in items] == ["generated"] * 4 + ["real"] * 2 + ["grounding"] * 4
+    assert {r.attributes["shape"] for r, _, _ in items[6:]} == {"failed-logins", "auth-failures", "sessions-closed",
+                                                                 "operator-note"}
+    with pytest.raises(ValueError, match="--grounding"):
+        corpus(4, 1, seed=0, real=1, grounding=3)
+
+
+def test_score_copied_flags_a_worked_examples_problem_or_element():
+    record = TelemetryRecord(id="n", kind="text", body="Operator note: RRC setup failures on gNB-0042")
+    truth = Facts(entity="gNB-0042", severity="info", details={"problemKeywords": "rrc, setup, fail"})
+    assert score(record, truth, "gNB-0042, severity info: ONU 12 on PON port 2 dying gasp received.")["copied"]
+    assert score(record, truth, "gNB-0042 and olt-lab-3: RRC setup failures.")["copied"]
+    assert not score(record, truth, "gNB-0042, severity info: RRC setup failures after a change.")["copied"]
 
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results" / "quality_records.jsonl"
