@@ -82,7 +82,7 @@ EXAMPLE_VALUES = tuple(dict.fromkeys(
     + ["AMF-lab-2", "2019-07-14", "17:42"]))
 # ... nor their problems: the distinctive words of each (a copy is often partial).
 EXAMPLE_PROBLEM_MARKS = ("dying gasp", "PON port 2", "O&M intervention", "paging discard", "paging counters",
-                         "battery backup", "line card 3", "spare optics")
+                         "battery backup", "line card 3", "spare optics", "paging of UE")
 
 
 def copied_example_value(summary: str) -> str | None:
