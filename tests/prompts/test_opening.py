@@ -164,3 +164,11 @@ def test_smollm2_quiet_records_of_every_kind_copy_no_worked_example():
     note = summaries[-1]
     assert NOTE in note.summary and not note.narrative.agrees
     assert "no problem was recognised" in note.narrative.issues[0]
+
+
+def test_every_example_problem_mark_is_in_an_example_so_the_copy_check_stays_in_step():
+    from worker.prompts import EXAMPLE_PROBLEM_MARKS, render_body
+
+    examples = " ".join(render_body(record) + " " + answer for group in EXAMPLES.values()
+                        for record, _, answer in group).lower()
+    assert all(mark.lower() in examples for mark in EXAMPLE_PROBLEM_MARKS)
