@@ -246,6 +246,8 @@ def test_plan_merge_groups_fit_and_shrink_the_level(loaded):
     text = "".join(loaded.tokenizer.decode(p) for p in level)
     assert [text.find(x) for x in summaries] == sorted(text.find(x) for x in summaries)
     assert all(text.count(x + "\n") + text.count(x + "<") == 1 for x in summaries)
+    # a group's merge is read by the next level: it ends at the generation prompt, not with the opening
+    assert all(answer_opening(record, facts) not in loaded.tokenizer.decode(p) for p in level)
 
 
 def test_summarizer_piece_summaries_over_one_context_merge_in_a_tree(loaded):

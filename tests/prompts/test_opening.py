@@ -78,10 +78,12 @@ def test_build_messages_ends_with_the_opening_as_assistant_turn(kind):
     assert messages[-2]["role"] == "user"
 
 
-def test_build_merge_messages_ends_with_the_same_opening():
+def test_build_merge_messages_ends_with_the_same_opening_groups_inside_the_tree_without():
     record = _record("x")
     merge = build_merge_messages(record, FACTS, ["part one", "part two"])
     assert merge[-1] == {"role": "assistant", "content": answer_opening(record, FACTS)}
+    group = build_merge_messages(record, FACTS, ["part one", "part two"], opening=False)
+    assert group == merge[:-1]
 
 
 @pytest.mark.parametrize("kind", sorted(EXAMPLES))

@@ -177,10 +177,12 @@ def build_chunk_messages(
 
 
 def build_merge_messages(
-    record: TelemetryRecord, facts: Facts, chunk_summaries: list[str]
+    record: TelemetryRecord, facts: Facts, chunk_summaries: list[str], opening: bool = True
 ) -> list[dict[str, str]]:
     """Chat messages merging the summaries of a long record's parts (in order) and its facts into
-    one summary. Raises ValueError on an empty list."""
+    one summary, ending with the answer's opening; `opening=False` for a group's merge inside the
+    tree (the next level reads its text, the opening would be all of it). Raises ValueError on an
+    empty list."""
     if not chunk_summaries:
         raise ValueError("build_merge_messages needs at least one chunk summary")
     parts = "\n".join(f"{i}. {s.strip()}" for i, s in enumerate(chunk_summaries, start=1))
@@ -193,5 +195,5 @@ def build_merge_messages(
     # no worked examples here: with them a merge prompt no longer fits where it must (beside the
     # piece summaries, within the context that forced the split); the opening keeps the answer on
     # the facts all the same
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user},
-            opening_message(record, facts)]
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+    return [*messages, opening_message(record, facts)] if opening else messages
