@@ -143,7 +143,7 @@ def plan_merge(record: TelemetryRecord, facts: Facts, summaries: list[str], *, t
         lo, hi, best = start + 1, len(summaries), None
         while lo <= hi:
             mid = (lo + hi) // 2
-            ids = tokenize(build_merge_messages(record, facts, summaries[start:mid]))
+            ids = tokenize(build_merge_messages(record, facts, summaries[start:mid], opening=False))
             if len(ids) <= max_prompt_tokens:
                 lo, best = mid + 1, (mid, ids)
             else:

@@ -18,6 +18,7 @@ import numpy as np
 from worker.facts import extract_facts
 from worker.messages import Facts, TelemetryRecord
 from worker.prompts import build_messages
+from worker.prompts.opening import split_opening
 
 
 @dataclass(frozen=True)
@@ -27,8 +28,11 @@ class Prepared:
 
 
 def tokenize_messages(tokenizer, messages: list[dict[str, str]]) -> list[int]:
-    """Chat messages -> prompt token ids (chat template with the generation prompt)."""
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    """Chat messages -> prompt token ids (chat template with the generation prompt). A last
+    `assistant` message is the answer's opening: rendered after the generation prompt, unclosed,
+    for the model to continue (`worker.prompts.opening`)."""
+    messages, opening = split_opening(messages)
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) + opening
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
@@ -48,7 +52,8 @@ class HeadTokenizer:
         self._heads: dict[tuple, tuple[list[int], str, str] | None] = {}
 
     def __call__(self, messages: list[dict[str, str]]) -> list[int]:
-        head, last = messages[:-1], messages[-1]
+        turns, opening = split_opening(messages)  # the opening belongs to the record's tail
+        head, last = turns[:-1], turns[-1]
         key = tuple((m["role"], m["content"]) for m in head) + (last["role"],)
         if key not in self._heads:
             self._heads[key] = self._split(head, last["role"])
@@ -56,7 +61,7 @@ class HeadTokenizer:
         if split is None:
             return tokenize_messages(self.tokenizer, messages)
         head_ids, before, after = split
-        tail = self.tokenizer(before + last["content"] + after, add_special_tokens=False)["input_ids"]
+        tail = self.tokenizer(before + last["content"] + after + opening, add_special_tokens=False)["input_ids"]
         return head_ids + list(tail)
 
     def _split(self, head: list[dict[str, str]], role: str) -> tuple[list[int], str, str] | None:

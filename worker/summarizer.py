@@ -36,6 +36,7 @@ from worker.long_inputs import (RecordTooLong, body_for_pieces, plan_chunk_promp
 from worker.messages import Facts, Summary, TelemetryRecord, Timings
 from worker.preprocess import Prepared, Preprocessor, default_workers, tokenize_messages
 from worker.prompts import approx_tokens
+from worker.prompts.opening import answer_opening, with_opening
 from worker.prompts.sampling import default_sampling  # noqa: F401  (re-exported; owned by worker.prompts.sampling)
 
 # A closed summarizer's thread finishes its step; joining longer than this means it is stuck.
@@ -478,7 +479,7 @@ class Summarizer:
             cut = first_stop(text, self.params.stop)
             text = text if cut < 0 else text[:cut]
         if piece < 0:
-            self._push(req.request_id, self._summary(req, text.strip()))
+            self._push(req.request_id, self._summary(req, text))
             return
         req.pieces[piece] = text.strip()
         if None in req.pieces:
@@ -500,7 +501,9 @@ class Summarizer:
             if req not in self._deferred:
                 self._deferred.append(req)
 
-    def _summary(self, req: _Request, text: str) -> Summary:
+    def _summary(self, req: _Request, continuation: str) -> Summary:
+        # the prompt ended with the answer's opening (worker.prompts.opening): the summary is both
+        text = with_opening(answer_opening(req.record, req.facts), continuation)
         return Summary(
             id=req.record.id, summary=text, model=self.loaded.name, prompt_tokens=req.prompt_tokens,
             output_tokens=req.output_tokens, hierarchical=req.hierarchical, chunks=req.num_chunks,

@@ -20,7 +20,7 @@ from worker.benchmarks.quality import (
 )
 from worker.cli import main
 from worker.messages import Facts, TelemetryRecord
-from worker.prompts import EXAMPLE_VALUES, render_body
+from worker.prompts import copied_example_value, render_body
 from worker.commands.samples import generate
 
 
@@ -101,7 +101,8 @@ def test_score_and_aggregate_per_kind_and_overall():
     truth = Facts(entity="gNB-0642", severity="major", problem="BGP down", details={"problemKeywords": "bgp, down"})
     good = score(record, truth, "gNB-0642 lost its BGP session (peer down), a major fault at 00:03 UTC.")
     bad = score(record, truth, LINES[0])
-    assert good == {"agrees": False, "entity": True, "problem": True, "severity": True, "echo": False, "empty": False}
+    assert good == {"agrees": False, "entity": True, "problem": True, "severity": True, "echo": False, "empty": False,
+                    "copied": False}
     assert bad["echo"] and not bad["severity"]
     rows = [{"kind": "syslog", "length": "short", "score": good}, {"kind": "pm", "length": "short", "score": bad}]
     groups = aggregate(rows)
@@ -128,17 +129,35 @@ def test_corpus_real_records_last_and_of_real_shapes():
         corpus(4, 2, seed=0, real=3)
 
 
+def test_corpus_grounding_cases_last_and_scored_as_their_own_set():
+    from worker.benchmarks.quality import record_set
+
+    items = corpus(10, 1, seed=0, real=2, grounding=4)
+    assert [record_set(r) for r, _, _ in items] == ["generated"] * 4 + ["real"] * 2 + ["grounding"] * 4
+    assert {r.attributes["shape"] for r, _, _ in items[6:]} == {"failed-logins", "auth-failures", "sessions-closed",
+                                                                 "operator-note"}
+    with pytest.raises(ValueError, match="--grounding"):
+        corpus(4, 1, seed=0, real=1, grounding=3)
+
+
+def test_score_copied_flags_a_worked_examples_problem_or_element():
+    record = TelemetryRecord(id="n", kind="text", body="Operator note: RRC setup failures on gNB-0042")
+    truth = Facts(entity="gNB-0042", severity="info", details={"problemKeywords": "rrc, setup, fail"})
+    assert score(record, truth, "gNB-0042, severity info: ONU 12 on PON port 2 dying gasp received.")["copied"]
+    assert score(record, truth, "gNB-0042 and olt-lab-3: RRC setup failures.")["copied"]
+    assert not score(record, truth, "gNB-0042, severity info: RRC setup failures after a change.")["copied"]
+
+
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results" / "quality_records.jsonl"
 
 
 def test_committed_quality_summaries_hold_no_worked_example_value():
-    """Nothing from a worked example (its elements, its date and times) may appear in a summary of
-    another record: checked on every summary the committed benchmark run produced."""
+    """Nothing from a worked example (its elements, its date and times, its problem's words) may
+    appear in a summary of another record: checked on every summary the committed benchmark run produced."""
     rows = [json.loads(line) for line in RESULTS.read_text().splitlines()]
     assert len(rows) >= 40
     for row in rows:
-        for value in EXAMPLE_VALUES:
-            assert value.lower() not in row["summary"].lower(), (row["id"], value, row["summary"])
+        assert copied_example_value(row["summary"]) is None, (row["id"], row["summary"])
 
 
 @pytest.mark.slow

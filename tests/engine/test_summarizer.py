@@ -14,7 +14,7 @@ from worker.messages import Summary, TelemetryRecord
 from worker.model.attention import SdpaBackend
 from worker.model.config import ModelConfig
 from worker.model.llama import LlamaModel
-from worker.prompts import build_messages
+from worker.prompts import answer_opening, build_messages, with_opening
 from worker.summarizer import MAX_PIECES_IN_FLIGHT, Summarizer
 
 from tests.engine.conftest import FakeDispatcher
@@ -46,9 +46,16 @@ def _summarizer(loaded, token_budget=1024, **kw) -> Summarizer:
     return s
 
 
-def _expected_text(loaded, prompts: list[list[int]]) -> list[str]:
+def _expected_text(loaded, prompts: list[list[int]], strip: bool = True) -> list[str]:
     outs = generate(loaded.model, prompts, max_new=MAX_NEW, token_budget=4096, capacity=8192, eos_ids=(2,))
-    return [loaded.tokenizer.decode(o, skip_special_tokens=True).strip() for o in outs]
+    texts = [loaded.tokenizer.decode(o, skip_special_tokens=True) for o in outs]
+    return [t.strip() for t in texts] if strip else texts
+
+
+def _expected_summaries(loaded, prompts: list[list[int]], records: list[TelemetryRecord]) -> list[str]:
+    """What the Summary says: the answer's opening (the prompt's end) and the greedy continuation."""
+    return [with_opening(answer_opening(r, extract_facts(r)), t)
+            for r, t in zip(records, _expected_text(loaded, prompts, strip=False))]
 
 
 def test_summarizer_summarize_all_keeps_order_and_matches_greedy(loaded):
@@ -60,7 +67,7 @@ def test_summarizer_summarize_all_keeps_order_and_matches_greedy(loaded):
         s.close()
     prompts = [s.tokenize(build_messages(r, extract_facts(r))) for r in records]
     assert [x.id for x in summaries] == [r.id for r in records]
-    assert [x.summary for x in summaries] == _expected_text(loaded, prompts)
+    assert [x.summary for x in summaries] == _expected_summaries(loaded, prompts, records)
     for x, p, r in zip(summaries, prompts, records):
         assert isinstance(x, Summary) and x.model == "tiny-random" and not x.hierarchical
         assert x.prompt_tokens == len(p) and 0 < x.output_tokens <= MAX_NEW
@@ -78,7 +85,7 @@ def test_summarizer_long_input_uses_chunked_prefill_and_matches_one_shot(loaded)
         s.close()
     assert 256 < len(prompt) < 4096 - MAX_NEW  # longer than a bin, inside the context
     assert not summary.hierarchical and summary.prompt_tokens == len(prompt)
-    assert summary.summary == _expected_text(loaded, [prompt])[0]
+    assert summary.summary == _expected_summaries(loaded, [prompt], [record])[0]
 
 
 def test_summarizer_beyond_context_summarises_hierarchically(loaded):
@@ -98,7 +105,7 @@ def test_summarizer_beyond_context_summarises_hierarchically(loaded):
         s.close()
     assert len(chunk_prompts) >= 3 and all(len(p) <= limit for p in chunk_prompts)
     assert summary.hierarchical and summary.chunks == len(chunk_prompts)
-    assert summary.summary == _expected_text(loaded, [merge])[0]
+    assert summary.summary == _expected_summaries(loaded, [merge], [record])[0]
     assert summary.prompt_tokens == sum(map(len, chunk_prompts)) + len(merge)
 
 
@@ -239,6 +246,8 @@ def test_plan_merge_groups_fit_and_shrink_the_level(loaded):
     text = "".join(loaded.tokenizer.decode(p) for p in level)
     assert [text.find(x) for x in summaries] == sorted(text.find(x) for x in summaries)
     assert all(text.count(x + "\n") + text.count(x + "<") == 1 for x in summaries)
+    # a group's merge is read by the next level: it ends at the generation prompt, not with the opening
+    assert all(answer_opening(record, facts) not in loaded.tokenizer.decode(p) for p in level)
 
 
 def test_summarizer_piece_summaries_over_one_context_merge_in_a_tree(loaded):

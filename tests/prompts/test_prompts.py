@@ -40,8 +40,12 @@ def _name(i: int) -> str:
 
 
 def _user(messages):
-    """The last user message: the one about the record (one-pass prompts open with a worked example)."""
+    """The last user message: the one about the record (one-pass prompts open with a worked example;
+    one-pass and merge prompts end with the answer's opening as an assistant message, a piece's
+    prompt with the user message)."""
     roles = [m["role"] for m in messages]
+    if roles[-1] == "assistant":
+        roles, messages = roles[:-1], messages[:-1]
     assert roles[0] == "system" and roles[-1] == "user"
     assert roles[1:-1] == ["user", "assistant"] * ((len(roles) - 2) // 2)
     return messages[-1]["content"]
@@ -97,7 +101,7 @@ def test_build_messages_without_facts_still_asks_for_all_four():
 
 def test_build_messages_worked_example_precedes_record_and_shares_nothing_with_it():
     messages = build_messages(_record("<11>1 2026-11-29T10:00:00Z gnb-0042 s1ap - - - x"), FACTS)
-    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant"]
     example_answer = messages[2]["content"]
     assert example_answer.startswith("olt-lab-3") and "severity warning" in example_answer
     assert "gnb-0042" not in messages[1]["content"] + example_answer
@@ -115,8 +119,8 @@ def test_build_messages_worked_example_is_of_the_records_kind(kind, describe):
 def test_build_messages_pm_gets_fault_and_quiet_examples_others_one():
     pm = build_messages(_record("x", kind="pm"), FACTS)
     answers = [m["content"] for m in pm if m["role"] == "assistant"]
-    assert len(pm) == 6 and "severity minor" in answers[0] and "severity info" in answers[1]
-    assert len(build_messages(_record("x", kind="trace"), FACTS)) == 4
+    assert len(pm) == 7 and "severity minor" in answers[0] and "severity info" in answers[1]
+    assert len(build_messages(_record("x", kind="trace"), FACTS)) == 5
 
 
 def test_build_messages_examples_share_no_problem_with_generated_telemetry():
@@ -235,15 +239,15 @@ def test_build_messages_pm_values_not_collapsed():
 
 @pytest.mark.parametrize("kind", ["syslog", "trace", "pm", "ves", "text"])
 def test_build_messages_head_depends_only_on_the_kind(kind):
-    """Shared-prefix KV reuse: every message but the last is the same for all records of a kind
-    and holds nothing of the record; the record-dependent user message comes last."""
+    """Shared-prefix KV reuse: every message but the last two is the same for all records of a kind
+    and holds nothing of the record; the record-dependent user message and the opening come last."""
     def body(i):
         return {"event": {"commonEventHeader": {"sourceName": f"du-{i}"}}} if kind == "ves" else f"line of rec{i}"
     a = build_messages(TelemetryRecord(id="a", kind=kind, body=body(1), source="s1"), FACTS)
     b = build_messages(TelemetryRecord(id="b", kind=kind, body=body(2), source="s2", timestamp="2020-01-01T00:00:00Z"),
                        Facts(entity="other-9", problem="q", severity="info"))
-    assert a[:-1] == b[:-1] and a[-1] != b[-1] and a[-1]["role"] == "user"
-    head = "".join(m["content"] for m in a[:-1])
+    assert a[:-2] == b[:-2] and a[-2] != b[-2] and a[-1] != b[-1] and a[-2]["role"] == "user"
+    head = "".join(m["content"] for m in a[:-2])
     assert not any(v in head for v in ("rec1", "du-1", "gnb-0042", "S1 link down"))
 
 
@@ -264,5 +268,5 @@ def test_build_messages_yearless_times_shown_without_a_year():
 
 
 def test_build_merge_messages_asks_to_start_with_the_element():
-    user = build_merge_messages(_record("x"), FACTS, ["part one", "part two"])[-1]["content"]
+    user = build_merge_messages(_record("x"), FACTS, ["part one", "part two"])[-2]["content"]
     assert user.rstrip().endswith('"gnb-0042, severity major: <what went wrong>, <when>."') and "S1 link down" in user

@@ -1,9 +1,11 @@
 """`telesum bench quality`: do the summaries name the element, the problem and the severity?
 
 Records with known facts come from `worker.commands.samples` (seeded): `--n` in all, most from the
-`short` profile, `--mixed` of them from `mixed` (half of those ~2,000-word records) and `--real`
+`short` profile, `--mixed` of them from `mixed` (half of those ~2,000-word records), `--real`
 from `real` (host logs in every syslog shape, field-style VES and PM bodies, ugly ones included;
-group `set=real`). Each is summarised end to end by the real `Summarizer` and scored against its
+group `set=real`) and `--grounding` from `worker.benchmarks.quality_cases` (sshd windows of failed
+logins and authentication failures, closed sessions, operator notes without a known problem;
+group `set=grounding`). Each is summarised end to end by the real `Summarizer` and scored against its
 ground truth:
 
 - element named: the truth entity (e.g. `gNB-2854-DU`) occurs in the summary as a whole name,
@@ -18,6 +20,8 @@ ground truth:
   at least `ECHO_OVERLAP` of the summary's distinct word tokens occur in that line.
 - agrees: the Summary's own `narrative.agrees` (worker.facts.agreement), checked against the
   extracted facts rather than the ground truth: what a consumer sees at run time.
+- copied: the summary holds a worked example's element, time or problem words
+  (`worker.prompts.copied_example_value`).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from pathlib import Path
 import msgspec
 
 from worker.messages import Facts, TelemetryRecord
-from worker.prompts import render_body
+from worker.prompts import copied_example_value, render_body
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +123,7 @@ def score(record: TelemetryRecord, truth: Facts, summary: str, agrees: bool = Fa
         "severity": severity_right(summary, truth.severity),
         "echo": is_echo(summary, render_body(record).splitlines()),
         "empty": not summary.strip(),
+        "copied": copied_example_value(summary) is not None,
     }
 
 
@@ -134,37 +139,45 @@ def aggregate(rows: list[dict]) -> dict[str, dict[str, float]]:
     for name in sorted(groups, key=lambda g: (g != "all", g)):
         members = groups[name]
         out[name] = {"n": len(members), **{check: sum(r["score"][check] for r in members) / len(members)
-                                           for check in ("entity", "problem", "severity", "echo", "empty", "agrees")
+                                           for check in ("entity", "problem", "severity", "echo", "empty", "agrees",
+                                                         "copied")
                                            if check in members[0]["score"]}}
     return out
 
 
 # -- the run ---------------------------------------------------------------------------------
-def corpus(n: int, mixed: int, seed: int, real: int = 0, formats: int = 0) -> list[tuple[TelemetryRecord, Facts, str]]:
-    """(record, truth, length group) for `n - mixed - real` short records, then `mixed` from
-    `mixed`, then `real` from `real`."""
+def corpus(n: int, mixed: int, seed: int, real: int = 0, grounding: int = 0,
+           formats: int = 0) -> list[tuple[TelemetryRecord, Facts, str]]:
+    """(record, truth, length group) for `n - mixed - real - formats - grounding` short records, then
+    `mixed` from `mixed`, then `real` from `real`, `formats` from `real-formats` (network gear, app logs,
+    28.532 PM, VES alarm names), then `grounding` from `quality_cases`."""
+    from worker.benchmarks import quality_cases
     from worker.commands.samples import generate
 
-    # ... and last `formats` from `real-formats` (network gear, app logs, 28.532 PM, VES alarm names)
-    if not 0 <= mixed <= n or not 0 <= real <= n - mixed or not 0 <= formats <= n - mixed - real:
-        raise ValueError(f"--mixed ({mixed}), --real ({real}) and --formats ({formats}) must be >= 0 and add up "
-                         f"to at most n ({n})")
-    out = [(r, t, "short") for r, t in generate(n - mixed - real - formats, "short", seed)]
+    if min(mixed, real, grounding, formats) < 0 or mixed + real + grounding + formats > n:
+        raise ValueError(f"--mixed ({mixed}), --real ({real}), --formats ({formats}) and --grounding ({grounding}) "
+                         f"must be >= 0 and add up to at most n ({n})")
+    out = [(r, t, "short") for r, t in generate(n - mixed - real - formats - grounding, "short", seed)]
     for record, truth in generate(mixed, "mixed", seed):
         long = len(render_body(record).split()) > 1000
         out.append((msgspec.structs.replace(record, id=f"mixed-{record.id}"), truth, "long" if long else "short"))
     for record, truth in generate(real, "real", seed) + generate(formats, "real-formats", seed):
         long = len(render_body(record).split()) > 1000
         out.append((record, truth, "long" if long else "short"))
+    out += [(record, truth, "short") for record, truth in quality_cases.generate(grounding, seed)]
     return out
 
 
 def record_set(record: TelemetryRecord) -> str:
     """The benchmark group a record belongs to: `formats` (network gear, app logs, 28.532 PM, VES
-    alarm names), `real` (host logs, field VES/PM) or `generated`."""
+    alarm names), `real` (host logs, field VES/PM), `grounding` (host-log windows and operator notes
+    of `quality_cases`) or `generated`."""
     if record.attributes.get("shape") == "real-formats":
         return "formats"
-    return "real" if record.id.startswith("real-") else "generated"
+    for prefix in ("real", "grounding"):
+        if record.id.startswith(prefix + "-"):
+            return prefix
+    return "generated"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -176,6 +189,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--formats", type=int, default=0,
                         help="how many of them come from `real-formats` (network gear, application logs, "
                              "TS 28.532 PM, VES alarm names; default 0)")
+    parser.add_argument("--grounding", type=int, default=None,
+                        help="how many of them are host-log windows and operator notes (default n // 5)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-new-tokens", type=int, default=80)
     parser.add_argument("--model", default=None, help="HF folder or .gguf (default: embedded SmolLM2-135M)")
@@ -210,8 +225,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--n must be >= 1, got {args.n}")
     mixed = args.n // 10 if args.mixed is None else args.mixed
     real = args.n // 5 if args.real is None else args.real
+    grounding = args.n // 5 if args.grounding is None else args.grounding
     formats = getattr(args, "formats", 0)
-    items = corpus(args.n, mixed, args.seed, real, formats)
+    items = corpus(args.n, mixed, args.seed, real, grounding, formats)
     started = time.perf_counter()
     model_name, results = summarise([r for r, _, _ in items], args.model, args.device, args.max_new_tokens)
     elapsed = time.perf_counter() - started
@@ -233,7 +249,8 @@ def run(args: argparse.Namespace) -> int:
     with args.output.open("w") as fh:
         for row in rows:
             fh.write(json.dumps(row) + "\n")
-    result = {"model": model_name, "n": args.n, "mixed": mixed, "real": real, "formats": formats, "seed": args.seed,
+    result = {"model": model_name, "n": args.n, "mixed": mixed, "real": real, "formats": formats,
+              "grounding": grounding, "seed": args.seed,
               "max_new_tokens": args.max_new_tokens, "failures": failures, "seconds": round(elapsed, 1),
               "echo_rule": f"substring of body or >= {ECHO_OVERLAP} of tokens from one body line",
               "groups": aggregate(rows)}
@@ -250,13 +267,14 @@ def run(args: argparse.Namespace) -> int:
 def format_table(result: dict) -> str:
     """The result as a fixed-width text table, one row per group."""
     lines = [f"{result['model']}: n={result['n']} (mixed {result['mixed']}, real {result.get('real', 0)}, "
-             f"formats {result.get('formats', 0)}), "
+             f"formats {result.get('formats', 0)}, grounding {result.get('grounding', 0)}), "
              f"seed {result['seed']}, max_new_tokens {result['max_new_tokens']}, {result['seconds']} s, "
              f"{result['failures']} failed",
-             f"{'group':<16}{'n':>5}{'element':>9}{'problem':>9}{'severity':>10}{'echo':>7}{'empty':>7}{'agrees':>8}"]
+             f"{'group':<16}{'n':>5}{'element':>9}{'problem':>9}{'severity':>10}{'echo':>7}{'empty':>7}{'agrees':>8}"
+             f"{'copied':>8}"]
     for name, g in result["groups"].items():
         lines.append(f"{name:<16}{g['n']:>5}{g['entity']:>9.0%}{g['problem']:>9.0%}{g['severity']:>10.0%}"
-                     f"{g['echo']:>7.0%}{g['empty']:>7.0%}{g.get('agrees', 0):>8.0%}")
+                     f"{g['echo']:>7.0%}{g['empty']:>7.0%}{g.get('agrees', 0):>8.0%}{g.get('copied', 0):>8.0%}")
     return "\n".join(lines)
 
 

@@ -7,7 +7,8 @@ Checks, each cheap (a few regex passes over the summary, one substring search pe
 
 - names the element: the facts' entity occurs as a whole name (case and `-`/`_`/space alike);
 - names the problem: at least half (or three) of the content words of the leading problem phrase
-  start words of the summary (`fail` matches `failed`);
+  start words of the summary (`fail` matches `failed`); when the facts hold no problem there is
+  nothing to check the prose's account against, and the check says so instead of agreeing;
 - severity consistent: no severity of the scale other than the facts' is named, and no all-clear
   phrase when the facts are worse than info;
 - only known elements: every element-like name in the summary (letters and digits joined by `-`
@@ -79,6 +80,12 @@ def _problem_words(problem: str) -> list[str]:
     return [w for w in dict.fromkeys(_WORD.findall(lead)) if w not in _STOP and len(w) > 2]
 
 
+def _lead_problem(problem: str) -> str:
+    """The first problem of the facts, without its count, as the operator reads it in an issue."""
+    lead = _COUNT_SUFFIX.sub("", problem.split("; ", 1)[0]).strip()
+    return lead if len(lead) <= 80 else lead[:80].rsplit(" ", 1)[0] + " ..."
+
+
 def names_problem(summary: str, problem: str | None) -> bool:
     """True when the summary carries the leading problem's content words (see the module docstring)."""
     words = _problem_words(problem or "")
@@ -131,9 +138,13 @@ def check_narrative(summary: str, facts: Facts, record: TelemetryRecord) -> Narr
         element_ok = names_entity(summary.lower(), facts.entity)
         if not element_ok:
             issues.append(f"does not name the element {facts.entity}")
-    problem_ok = names_problem(summary, facts.problem)
-    if not problem_ok:
-        issues.append("does not name the problem")
+    if not (facts.problem or "").strip():
+        problem_ok = False
+        issues.append("no problem was recognised in the record, so what the summary says happened is unchecked")
+    else:
+        problem_ok = names_problem(summary, facts.problem)
+        if not problem_ok:
+            issues.append(f"does not name the problem the facts found ({_lead_problem(facts.problem)})")
     named = severities_named(summary)
     severity_ok = True
     if facts.severity and named - {facts.severity}:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from worker.messages import Facts, TelemetryRecord
 from worker.prompts.examples import EXAMPLES
+from worker.prompts.opening import opening_message
 from worker.prompts.text import (COMPRESSED_KINDS, TokenCounter, compress_repeats, render_body,
                                  trim_to_tokens, withhold_instructions)
 
@@ -135,7 +136,8 @@ def build_messages(
     """Chat messages for a one-pass summary: system, the worked examples of the record's kind
     (user + assistant each), then the record (de-duplicated; trimmed to `body_token_limit` tokens by
     `count_tokens` or chars/4 when a limit is given, PM and VES bodies always to at most
-    `STRUCTURED_BODY_TOKENS`), its facts and an instruction that repeats the facts to carry."""
+    `STRUCTURED_BODY_TOKENS`), its facts and an instruction that repeats the facts to carry; last,
+    the answer's opening (`worker.prompts.opening`) for the model to continue."""
     body = withhold_instructions(render_body(record))
     if record.kind in COMPRESSED_KINDS:
         body = compress_repeats(body)
@@ -143,7 +145,8 @@ def build_messages(
         body_token_limit = min(body_token_limit or STRUCTURED_BODY_TOKENS, STRUCTURED_BODY_TOKENS)
     if body_token_limit is not None:
         body = trim_to_tokens(body, body_token_limit, count_tokens)
-    return [*_head(record), {"role": "user", "content": _user_message(record, facts, body)}]
+    return [*_head(record), {"role": "user", "content": _user_message(record, facts, body)},
+            opening_message(record, facts)]
 
 
 def _head(record: TelemetryRecord) -> list[dict[str, str]]:
@@ -174,10 +177,12 @@ def build_chunk_messages(
 
 
 def build_merge_messages(
-    record: TelemetryRecord, facts: Facts, chunk_summaries: list[str]
+    record: TelemetryRecord, facts: Facts, chunk_summaries: list[str], opening: bool = True
 ) -> list[dict[str, str]]:
     """Chat messages merging the summaries of a long record's parts (in order) and its facts into
-    one summary. Raises ValueError on an empty list."""
+    one summary, ending with the answer's opening; `opening=False` for a group's merge inside the
+    tree (the next level reads its text, the opening would be all of it). Raises ValueError on an
+    empty list."""
     if not chunk_summaries:
         raise ValueError("build_merge_messages needs at least one chunk summary")
     parts = "\n".join(f"{i}. {s.strip()}" for i, s in enumerate(chunk_summaries, start=1))
@@ -188,5 +193,7 @@ def build_merge_messages(
         f"{_merge_instruction(facts)}"
     )
     # no worked examples here: with them a merge prompt no longer fits where it must (beside the
-    # piece summaries, within the context that forced the split)
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+    # piece summaries, within the context that forced the split); the opening keeps the answer on
+    # the facts all the same
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+    return [*messages, opening_message(record, facts)] if opening else messages
