@@ -29,7 +29,11 @@ def docker_engine_problem() -> str | None:
     except ImportError:
         return "the docker SDK is not installed"
     try:
-        docker.from_env().ping()
+        client = docker.from_env()
+        try:
+            client.ping()
+        finally:
+            client.close()
     except Exception as error:  # noqa: BLE001 - no socket, no permission, no daemon: all mean no engine
         return f"no Docker engine answers ({type(error).__name__})"
     return None
@@ -95,8 +99,12 @@ def _container_or_reason():
     if problem is None:
         import docker
 
-        if not docker.from_env().images.list(name=TEST_KAFKA_IMAGE):
-            problem = f"image {TEST_KAFKA_IMAGE} is not built (scripts/docker_images.sh kafka)"
+        client = docker.from_env()
+        try:
+            if not client.images.list(name=TEST_KAFKA_IMAGE):
+                problem = f"image {TEST_KAFKA_IMAGE} is not built (scripts/docker_images.sh kafka)"
+        finally:
+            client.close()
     if problem is None:
         try:
             return _kafka_container(TEST_KAFKA_IMAGE)
