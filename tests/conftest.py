@@ -115,18 +115,38 @@ def _container_or_reason():
     return None, problem
 
 
+# The broker container, started once collection shows a test needs it: its start (about 20 s) then
+# counts against no single test's timeout.
+_early_broker: dict = {}
+
+
+def pytest_collection_finish(session):
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+        return
+    if any("kafka_bootstrap" in getattr(item, "fixturenames", ()) for item in session.items):
+        try:
+            _early_broker["started"] = _container_or_reason()
+        except pytest.fail.Exception as failure:  # CI without containers: the tests that need one fail
+            _early_broker["failure"] = failure
+
+
+def pytest_sessionfinish(session):
+    container, _ = _early_broker.pop("started", (None, None))
+    if container is not None:
+        container.stop()
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap():
     """Bootstrap servers of a running broker for the whole session."""
     if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
         yield os.environ["KAFKA_BOOTSTRAP_SERVERS"]
         return
-    container, found = _container_or_reason()
+    if "failure" in _early_broker:
+        raise _early_broker["failure"]
+    container, found = _early_broker.get("started") or _container_or_reason()
     if container is not None:
-        try:
-            yield found
-        finally:
-            container.stop()
+        yield found
         return
     warnings.warn(f"Kafka tests use scripts/kafka.sh's broker: {found}", stacklevel=1)
     port = int(os.environ.get("TELESUM_TEST_KAFKA_PORT", "9092"))
