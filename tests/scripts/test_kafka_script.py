@@ -77,3 +77,35 @@ def test_kafka_sh_start_on_a_busy_port_names_the_port(tmp_path):
         pytest.skip("the broker jars are not cached and cannot be fetched here")
     assert result.returncode == 1 and f"port {port} is already in use by another process" in result.stderr, \
         result.stdout + result.stderr
+
+
+def _kafka_sh(*args: str, extra_env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = dict(FRESH_ENV, TELESUM_CACHE=os.environ.get("TELESUM_CACHE", str(Path.home() / ".cache" / "telesum")),
+               **(extra_env or {}))
+    return subprocess.run(["bash", str(REPO / "scripts" / "kafka.sh"), *args], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_kafka_sh_cluster_ids_are_kraft_uuids_never_starting_with_a_dash():
+    import base64
+
+    # 1 in 64 random ids begins with "-": 5,000 of them would hold ~78.
+    ids = _kafka_sh("cluster-id", "5000").stdout.split()
+    assert len(ids) == len(set(ids)) == 5000
+    assert not [cluster_id for cluster_id in ids if cluster_id.startswith("-")]
+    assert all(len(base64.urlsafe_b64decode(cluster_id + "==")) == 16 for cluster_id in ids)
+
+
+def test_kafka_sh_formats_and_serves_with_a_cluster_id_starting_with_a_dash(tmp_path):
+    port, state = _closed_port(), tmp_path / "state"
+    cluster_id = "-" + _kafka_sh("cluster-id").stdout.strip()[1:]
+    env = {"KAFKA_STATE_DIR": str(state), "KAFKA_CLUSTER_ID": cluster_id}
+    started = _kafka_sh("start", "--port", str(port), extra_env=env)
+    try:
+        if "jars" in started.stderr and "mvn" in started.stderr:
+            pytest.skip("the broker jars are not cached and cannot be fetched here")
+        assert started.returncode == 0, started.stdout + started.stderr
+        assert f"cluster.id={cluster_id}" in (state / "data" / "meta.properties").read_text()
+        assert _ready("127.0.0.1", port).returncode == 0
+    finally:
+        _kafka_sh("stop", "--port", str(port), extra_env=env)
