@@ -14,6 +14,7 @@ import itertools
 import logging
 import queue
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,7 @@ from worker.engine.runner import ModelRunner
 from worker.engine.sampling import OutputTape, SamplingBatch
 from worker.engine.scheduler import Decode, Fail, Plan, PrefillBin, PrefillChunk, Scheduler
 from worker.engine.sequence import SamplingParams, Sequence
+from worker.engine.step_trace import StepTrace
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,10 @@ log = logging.getLogger(__name__)
 BUSY_TIMEOUT_S = 0.0
 IDLE_TIMEOUT_S = 0.02
 MAX_DECODE_OOM_RETRIES = 3
+
+
+def _plan_kind(plan: Plan) -> str:
+    return {PrefillBin: "prefill", PrefillChunk: "chunk", Decode: "decode"}.get(type(plan), "fail")
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -102,6 +108,7 @@ class Engine:
         self._dispatcher_drained = False
         self._stop = threading.Event()
         self._decode_ooms = 0  # consecutive decode steps that ran out of memory
+        self.trace: StepTrace | None = None  # per-step timestamps, when a benchmark asks for them
 
     # -- any thread -------------------------------------------------------------------------
     def add(self, prompt, params: SamplingParams) -> Sequence:
@@ -186,11 +193,20 @@ class Engine:
 
     def step(self) -> bool:
         """One step: take work, schedule, run, post-process. False once closed and drained."""
+        trace = self.trace
+        start = time.perf_counter() if trace is not None else 0.0
         self._take_work()
         plan = self.scheduler.schedule()
         if plan is None:
+            if trace is not None:
+                trace.add(start, time.perf_counter() - start, "idle", 0, 0.0)
             return not (self._dispatcher_drained and self._long_inbox.empty() and self.scheduler.is_idle)
+        taken = time.perf_counter()
         self._execute(plan)
+        ran = time.perf_counter() - taken
+        self.scheduler.observe_step(plan, ran)
+        if trace is not None:
+            trace.add(start, taken - start, _plan_kind(plan), len(getattr(plan, "seqs", ())) or 1, ran)
         return True
 
     def _take_work(self) -> None:

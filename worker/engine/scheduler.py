@@ -62,6 +62,13 @@ Plan = PrefillBin | PrefillChunk | Decode | Fail
 
 # Out-of-memory retries halve a long input's chunk down to this many tokens before the sequence fails.
 MIN_OOM_CHUNK = 256
+# A prefill step has a fixed host cost whatever its bin holds (~35-40 ms for a bin of 1-4 prompts,
+# SmolLM2-135M shape on an H200, against 2-6 ms for a decode step of hundreds of sequences). Small
+# bins admitted as soon as they came starved decode: at 20 % load 355 prefill steps ran beside 200
+# decode steps in 15.7 s, so each token waited ~80 ms (bench/gpu_stream.py, 2026-12-01). While
+# sequences decode, a bin under half the token budget therefore waits until decode steps have run
+# this many times the last prefill's time; meanwhile later arrivals pack into the next, fuller bin.
+DECODE_TIME_PER_PREFILL = 1.5
 
 
 class Scheduler:
@@ -82,6 +89,8 @@ class Scheduler:
         self.prefilling: Sequence | None = None  # the long input being chunk-prefilled
         self.decoding = DecodeBatch()
         self._last_was_chunk = False
+        self._last_prefill_s = 0.0         # run time of the last bin's prefill step
+        self._decode_since_prefill_s = 0.0  # decode steps' run time since then
 
     # -- intake -----------------------------------------------------------------------------
     def add_bin(self, bin: Any, seqs: list[Sequence]) -> None:
@@ -124,10 +133,27 @@ class Scheduler:
         self._last_was_chunk = False
         return Decode(list(self.decoding.seqs)) if self.decoding else None
 
+    def observe_step(self, plan: Plan, seconds: float) -> None:
+        """How long a step took to run (the engine reports each one): paces small bins' prefills."""
+        if isinstance(plan, PrefillBin):
+            self._last_prefill_s, self._decode_since_prefill_s = seconds, 0.0
+        elif isinstance(plan, Decode):
+            self._decode_since_prefill_s += seconds
+
+    def _bin_may_wait(self, work: PrefillBin) -> bool:
+        """A small bin waits while decoding has had less than its share since the last prefill."""
+        if not self.decoding:
+            return False
+        new_tokens = sum(s.prompt_len - s.prefix_len for s in work.seqs)
+        return (2 * new_tokens < self.chunk_tokens
+                and self._decode_since_prefill_s < DECODE_TIME_PER_PREFILL * self._last_prefill_s)
+
     def _admit_bin(self) -> Plan | None:
         if not self.waiting_bins:
             return None
         work = self.waiting_bins[0]
+        if self._bin_may_wait(work):
+            return None
         sizes = [s.slab_rows for s in work.seqs]
         starts = self.slabs.allocate_all(sizes)
         if starts is None:
