@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import queue
 import threading
 import time
@@ -37,6 +38,8 @@ from worker.messages import Facts, Summary, TelemetryRecord, Timings
 from worker.preprocess import Prepared, Preprocessor, default_workers, tokenize_messages
 from worker.prompts import approx_tokens
 from worker.sampling_defaults import REPETITION_PENALTY, STOP_STRINGS
+
+log = logging.getLogger(__name__)
 
 # A closed summarizer's thread finishes its step; joining longer than this means it is stuck.
 _JOIN_POLL_S = 0.05
@@ -114,7 +117,7 @@ class Summarizer:
                  max_context: int | None = None, max_record_tokens: int | None = None,
                  over_cap: str = "select", preprocess_workers: int | None = None,
                  max_pending_records: int = 4096, prefix_cache: bool = True,
-                 prefix_cache_tokens: int | None = None) -> None:
+                 prefix_cache_tokens: int | None = None, max_decode_seqs: int | None = None) -> None:
         """max_record_tokens / over_cap: the per-record work cap and what happens beyond it ('select'
         a stated part, or 'dead_letter' as RecordTooLong). preprocess_workers: processes preparing
         records (facts, prompt, tokens); None = a default for the device (see worker.preprocess).
@@ -122,7 +125,9 @@ class Summarizer:
         raises Backpressure. prefix_cache: keep the KV of prompt heads in a region at the end of the
         arena and reuse it; prefix_cache_tokens: that region's rows (None: `prefix_region_rows`),
         in whole blocks. The region never takes rows from the slabs: a defaulted arena grows by it, a
-        given one keeps at least one full context for slabs."""
+        given one keeps at least one full context for slabs. max_decode_seqs: sequences decoding at
+        once (the probe's measure); records beyond it wait, and a caller submitting faster meets
+        Backpressure."""
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer
         # The prompts ask for one paragraph; the stop string ends the model's habit of adding another,
@@ -167,7 +172,7 @@ class Summarizer:
         self.engine = Engine(ModelRunner(loaded.model, self.arena.cache, self.device), self.dispatcher,
                              self.arena.slabs, eos_ids=tuple(cfg.eos_token_ids), max_context=self.max_context,
                              detokenize=self._decode if self.params.stop else None, seed=seed,
-                             prefix_reuse=self.prefix)
+                             prefix_reuse=self.prefix, max_decode_seqs=max_decode_seqs)
         self.preprocessor = Preprocessor(
             self.tokenizer, default_workers(self.device.type) if preprocess_workers is None else preprocess_workers)
         self.max_pending_records = max_pending_records
@@ -185,13 +190,32 @@ class Summarizer:
         self._thread: threading.Thread | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
-    def start(self) -> None:
-        """Start the dispatcher, the GPU-loop thread and the thread feeding prepared records to the engine."""
+    def start(self, first_step_timeout_s: float = 900.0) -> None:
+        """Start the dispatcher, the GPU-loop thread and the thread feeding prepared records to the
+        engine. Returns once a first prompt has been prefilled and decoded (compilation and the first
+        graph capture happen here, not on the first record), so a caller that reports readiness after
+        `start` reports it when a step can run."""
         self.dispatcher.start()
         self._thread = threading.Thread(target=self.engine.run, name="telesum-gpu-loop", daemon=True)
         self._thread.start()
+        self._run_first_step(first_step_timeout_s)
         self._feeder = threading.Thread(target=self._feed, name="telesum-feeder", daemon=True)
         self._feeder.start()
+
+    def _run_first_step(self, timeout_s: float) -> None:
+        started = time.perf_counter()
+        vocab = self.loaded.config.vocab_size
+        seq = self.engine.add([i % vocab for i in range(1, 17)], SamplingParams(max_new_tokens=2))
+        try:
+            done = self.engine.finished.get(timeout=timeout_s)
+        except queue.Empty:
+            raise RuntimeError(f"the engine ran no step within {timeout_s:.0f} s of starting") from None
+        if self.prefix is not None:
+            self.prefix.uncount_lookup(seq.prompt_len)
+        if done is not seq or done.error is not None:  # each record will report its own failure
+            log.warning("start-up: the engine's first step failed: %r", done.error)
+            return
+        log.info("start-up: first engine step (compilation, first graphs) in %.1f s", time.perf_counter() - started)
 
     def close(self, drain: bool = True, timeout: float | None = None) -> None:
         """Stop taking records. drain=True finishes everything submitted (results stay for `poll`);

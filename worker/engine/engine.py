@@ -83,8 +83,11 @@ class Engine:
 
     def __init__(self, runner: ModelRunner, dispatcher, slabs: SlabAllocator, *,
                  eos_ids: tuple[int, ...], max_context: int, chunk_tokens: int | None = None,
-                 detokenize=None, seed: int = 0, prefix_reuse: PrefixReuse | None = None) -> None:
-        """prefix_reuse: the shared-prefix cache (its region lies outside `slabs`); None = off."""
+                 detokenize=None, seed: int = 0, prefix_reuse: PrefixReuse | None = None,
+                 max_decode_seqs: int | None = None) -> None:
+        """prefix_reuse: the shared-prefix cache (its region lies outside `slabs`); None = off.
+        max_decode_seqs: sequences admitted to decode at once (the probe's measure); None = as the
+        KV arena allows."""
         self.runner = runner
         self.dispatcher = dispatcher
         self.prefix = prefix_reuse
@@ -92,7 +95,8 @@ class Engine:
             prefix_reuse.max_claim_tokens = dispatcher.token_budget  # the long lane makes nobody wait
         self.max_context = max_context
         self.scheduler = Scheduler(slabs, eos_ids=eos_ids, detokenize=detokenize,
-                                   chunk_tokens=chunk_tokens or dispatcher.token_budget)
+                                   chunk_tokens=chunk_tokens or dispatcher.token_budget,
+                                   max_decode_seqs=max_decode_seqs)
         self.generator = torch.Generator(device=runner.device).manual_seed(seed)
         self.outputs = OutputTape(slabs.capacity, runner.device)  # repetition-penalty histories
         self.finished: queue.SimpleQueue[Sequence] = queue.SimpleQueue()
@@ -108,6 +112,7 @@ class Engine:
         self._dispatcher_drained = False
         self._stop = threading.Event()
         self._decode_ooms = 0  # consecutive decode steps that ran out of memory
+        self._decode_pass_rows: int | None = None  # rows per decode pass after an out-of-memory split
         self.trace: StepTrace | None = None  # per-step timestamps, when a benchmark asks for them
 
     # -- any thread -------------------------------------------------------------------------
@@ -296,15 +301,22 @@ class Engine:
     def _after_out_of_memory(self, plan: Plan, seqs: list[Sequence], exc: BaseException) -> None:
         """Nothing is lost to an out-of-memory error: the step's work is retried in smaller pieces
         (a bin one sequence at a time, a chunk at half its size); only a sequence that fails even
-        alone in the smallest chunk fails, with OutOfMemory. A decode step is retried as it is a few
-        times (memory freed by finishing prefills may let it run), then its sequences fail."""
+        alone in the smallest chunk fails, with OutOfMemory. A decode step is split: its rows run in
+        passes of half as many (from then on), down to one row, which is retried a few times (memory
+        freed by finishing sequences may let it run) before its sequences fail."""
         if self.runner.device.type == "cuda":
             torch.cuda.empty_cache()
         if isinstance(plan, Decode):
+            rows = min(self._decode_pass_rows or len(seqs), len(seqs))
+            if rows > 1:  # split: the same tokens in passes of half as many rows, and so on
+                self._decode_pass_rows = rows // 2
+                log.warning("decode step of %d sequences ran out of GPU memory; running it in passes of %d",
+                            len(seqs), self._decode_pass_rows)
+                return
             self._decode_ooms += 1
             if self._decode_ooms <= MAX_DECODE_OOM_RETRIES:
-                log.warning("decode step of %d sequences ran out of GPU memory; retrying (%d/%d)",
-                            len(seqs), self._decode_ooms, MAX_DECODE_OOM_RETRIES)
+                log.warning("decode step of %d sequences ran out of GPU memory one row at a time; retrying "
+                            "(%d/%d)", len(seqs), self._decode_ooms, MAX_DECODE_OOM_RETRIES)
                 return
             failed = list(seqs)
         else:
@@ -334,9 +346,19 @@ class Engine:
         else:
             assert isinstance(plan, Decode)
             batch = self.scheduler.decoding  # the plan's sequences, as arrays
-            logits = self.runner.decode(batch.last_token, batch.position, batch.slab_start,
-                                        batch.head_start, batch.head_len)
-            rows = _SamplingRows(batch.temperature, batch.top_p, batch.penalty, batch.output_start, batch.out_len)
+            size = len(batch) if self._decode_pass_rows is None else self._decode_pass_rows
+            return np.concatenate([self._decode_pass(batch, slice(i, i + size)) for i in range(0, len(batch), size)])
+        return self._sample(logits, rows)
+
+    def _decode_pass(self, batch, part: slice) -> np.ndarray:
+        """Decode and sample rows `part` of the decode batch -> int64 tokens of those rows."""
+        logits = self.runner.decode(batch.last_token[part], batch.position[part], batch.slab_start[part],
+                                    batch.head_start[part], batch.head_len[part])
+        rows = _SamplingRows(batch.temperature[part], batch.top_p[part], batch.penalty[part],
+                             batch.output_start[part], batch.out_len[part])
+        return self._sample(logits, rows)
+
+    def _sample(self, logits: torch.Tensor, rows: _SamplingRows) -> np.ndarray:
         penalised = bool((rows.penalty != 1.0).any())
         history = self.outputs.histories(rows.output_start, rows.out_len) if penalised else None
         batch = SamplingBatch(rows.temperature.tolist(), rows.top_p.tolist(), logits.device,

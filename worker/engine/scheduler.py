@@ -75,9 +75,14 @@ class Scheduler:
     """Queues of waiting bins, long inputs and active sequences; owns slab admission. Engine thread only."""
 
     def __init__(self, slabs: SlabAllocator, *, eos_ids: tuple[int, ...], chunk_tokens: int,
-                 detokenize: Callable[[list[int]], str] | None = None) -> None:
+                 detokenize: Callable[[list[int]], str] | None = None, max_decode_seqs: int | None = None) -> None:
+        """max_decode_seqs: sequences admitted at once (decoding or being prefilled); a bin that would
+        go past it waits for sequences to finish (one that exceeds it alone runs when nothing else does)."""
         if chunk_tokens < 1:
             raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
+        if max_decode_seqs is not None and max_decode_seqs < 1:
+            raise ValueError(f"max_decode_seqs must be >= 1, got {max_decode_seqs}")
+        self.max_decode_seqs = max_decode_seqs
         self.slabs = slabs
         self.eos_ids = frozenset(eos_ids)
         self.eos_array = np.asarray(sorted(self.eos_ids), dtype=np.int64)
@@ -148,11 +153,15 @@ class Scheduler:
         return (2 * new_tokens < self.chunk_tokens
                 and self._decode_since_prefill_s < DECODE_TIME_PER_PREFILL * self._last_prefill_s)
 
+    def _decode_has_room(self, num_seqs: int) -> bool:
+        active = len(self.decoding) + (self.prefilling is not None)
+        return self.max_decode_seqs is None or active == 0 or active + num_seqs <= self.max_decode_seqs
+
     def _admit_bin(self) -> Plan | None:
         if not self.waiting_bins:
             return None
         work = self.waiting_bins[0]
-        if self._bin_may_wait(work):
+        if self._bin_may_wait(work) or not self._decode_has_room(len(work.seqs)):
             return None
         sizes = [s.slab_rows for s in work.seqs]
         starts = self.slabs.allocate_all(sizes)
@@ -177,7 +186,7 @@ class Scheduler:
         return work
 
     def _admit_long(self) -> Fail | None:
-        if self.prefilling is not None or not self.waiting_long:
+        if self.prefilling is not None or not self.waiting_long or not self._decode_has_room(1):
             return None
         seq = self.waiting_long[0]
         start = self.slabs.allocate(seq.slab_rows)

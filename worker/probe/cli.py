@@ -11,14 +11,21 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    # Defaults as `telesum worker` and `summarize` probe (their bin size and summary length), so an
+    # explicit probe fills the cache entry those commands read at start-up.
+    from worker.settings.budgets import GPU_TOKEN_BUDGET
+    from worker.settings.sections import EngineSettings
+
     parser.add_argument("--model", default=None, help="HF folder or .gguf (default: embedded SmolLM2-135M)")
     parser.add_argument("--device", default="cuda", help="cuda or cuda:N (default cuda)")
     parser.add_argument("--backend", default=None, choices=["flash_attn", "torch_fa2", "sdpa"])
-    parser.add_argument("--max-new-tokens", type=int, default=128, help="summary length the KV slabs hold")
+    parser.add_argument("--max-new-tokens", type=int, default=EngineSettings().max_new_tokens,
+                        help="summary length the KV slabs hold (default: the engine setting's)")
     parser.add_argument("--typical-prompt-tokens", type=int, default=1024,
                         help="prompt length the sequence count assumes (default 1024)")
-    parser.add_argument("--bin-tokens", type=int, default=None,
-                        help="a fixed bin size: probe only the KV arena and sequences beside it")
+    parser.add_argument("--bin-tokens", type=int, default=GPU_TOKEN_BUDGET,
+                        help=f"the bin size the KV arena and sequences are probed beside (default {GPU_TOKEN_BUDGET}, "
+                             "as the commands run); 0: search the largest bin too")
     parser.add_argument("--refresh", action="store_true", help="probe again even when cached")
     parser.add_argument("--cache-dir", type=Path, default=None,
                         help="default $TELESUM_CACHE_DIR/probe, else ~/.cache/telesum/probe")
@@ -41,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_model(args.model or embedded_model_path(), device=device, backend=args.backend, tokenizer=False)
     try:
         b = probe_budgets(loaded, device, max_new_tokens=args.max_new_tokens,
-                          typical_prompt_tokens=args.typical_prompt_tokens, bin_tokens=args.bin_tokens,
+                          typical_prompt_tokens=args.typical_prompt_tokens, bin_tokens=args.bin_tokens or None,
                           refresh=args.refresh, cache_dir=args.cache_dir)
     except ProbeError as exc:
         log.error("%s", exc)
