@@ -150,7 +150,7 @@ def build_cpu_loaded(new_tokens: int):
 
 
 def shape_sweep(shape: str, loaded, records, *, loads, seconds: float, new_tokens: int,
-                unbounded_s: float, log, switch_interval_loads=(), unbounded=True) -> dict:
+                unbounded_s: float, log, switch_interval_loads=(), unbounded=True, eager_loads=()) -> dict:
     from gpu_job import worker_summarizer
     from worker.engine.step_trace import StepTrace
 
@@ -182,6 +182,17 @@ def shape_sweep(shape: str, loaded, records, *, loads, seconds: float, new_token
         r["load"] = load
         res[f"switch_interval_tenth_{load:g}"] = r
         log(shape, f"load {load:g}, switch interval / 10", r)
+    for load in eager_loads:  # the same load with the elementwise ops eager (no compiled-call wrappers)
+        from worker.model.fused import set_compile_enabled
+
+        set_compile_enabled(False)
+        try:
+            r = stream_run(summarizer, records, rate=load * capacity, seconds=seconds, in_flight_bound=bound)
+        finally:
+            set_compile_enabled(True)
+        r["load"] = load
+        res[f"eager_elementwise_{load:g}"] = r
+        log(shape, f"load {load:g}, eager elementwise ops", r)
     if unbounded_s > 0 and unbounded:
         r = stream_run(summarizer, records, rate=2 * capacity, seconds=unbounded_s, in_flight_bound=None)
         res["unbounded_2x"] = r
@@ -280,6 +291,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--unbounded-s", type=float, default=0.0, help="2x capacity without the bound, for this long")
     ap.add_argument("--unbounded-shapes", default="smollm2", help="shapes that run the unbounded caller")
     ap.add_argument("--cold-start", action="store_true")
+    ap.add_argument("--eager-check-loads", default="", help="loads run again with the elementwise ops eager")
     ap.add_argument("--gil-check-loads", default="", help="loads run again with sys.setswitchinterval / 10")
     ap.add_argument("--cpu", action="store_true", help="tiny random model on CPU: correctness only")
     ap.add_argument("--new-tokens", type=int, default=None)
@@ -321,7 +333,8 @@ def main(argv: list[str] | None = None) -> dict:
                 res[shape] = shape_sweep(shape, loaded, records, loads=loads, seconds=args.seconds,
                                          new_tokens=new_tokens, unbounded_s=args.unbounded_s, log=log,
                                          switch_interval_loads=[float(x) for x in args.gil_check_loads.split(",") if x],
-                                         unbounded=shape in args.unbounded_shapes.split(","))
+                                         unbounded=shape in args.unbounded_shapes.split(","),
+                                         eager_loads=[float(x) for x in args.eager_check_loads.split(",") if x])
             except Exception as exc:  # report, do not hide: the other shape still runs
                 res[shape] = {"error": repr(exc)[:500]}
                 log(shape, "error", res[shape])
