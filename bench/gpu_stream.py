@@ -234,12 +234,15 @@ def cold_start(out: Path, tokenizer_dir: Path, log) -> dict:
         cmd = [sys.executable, "-m", "worker.cli", "summarize", str(data), "-o", str(output), "--model",
                str(model_dir), "--tokenizer", str(tokenizer_dir), "--max-new-tokens", "64", "--no-progress"]
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                cwd=work)  # the installed package, not a source tree without its native module
         first = None
         lines: list[str] = []
         reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
         reader.start()
         while proc.poll() is None:
+            if time.perf_counter() - t0 > 200:  # a start that hangs is a result too; the sweep still runs
+                proc.kill()
             if first is None and output.exists() and output.stat().st_size > 0:
                 first = time.perf_counter() - t0
             time.sleep(0.05)

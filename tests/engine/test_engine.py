@@ -239,7 +239,7 @@ def test_engine_decode_batch_mixes_stop_sets_eos_and_lengths(tiny_model):
     assert engine.scheduler.decoding.seqs == [] and engine.scheduler.slabs.num_used_rows == 0
 
 
-def test_engine_bin_out_of_memory_is_retried_one_by_one_and_loses_nothing(tiny_model):
+def test_engine_bin_out_of_memory_is_split_in_halves_down_to_one_and_loses_nothing(tiny_model):
     engine = make_engine(tiny_model, token_budget=64)
     original = engine.runner.prefill_bin
     sizes = []
@@ -254,7 +254,7 @@ def test_engine_bin_out_of_memory_is_retried_one_by_one_and_loses_nothing(tiny_m
     prompts = random_prompts(4, 5, 12, seed=41)
     seqs = [engine.add(p, SamplingParams(max_new_tokens=5)) for p in prompts]
     run_until_done(engine, seqs)
-    assert max(sizes) > 1  # the bin held several sequences and failed
+    assert sizes == [4, 2, 1, 1, 2, 1, 1]  # halves of halves, each retried before later work
     assert [s.output for s in seqs] == [reference_greedy(tiny_model, p, 5) for p in prompts]
     assert all(s.error is None for s in seqs) and engine.scheduler.slabs.num_used_rows == 0
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from worker.dispatch import Backpressure, DispatcherClosed, SequenceTooLong
+from worker.dispatch import Backpressure, DeviceBin, DispatcherClosed, SequenceTooLong
 from worker.engine.errors import ContextTooLong, EngineClosed, OutOfMemory
 from worker.engine.kv_arena import SlabAllocator
 from worker.engine.prefix_reuse import PrefixReuse
@@ -38,6 +38,23 @@ log = logging.getLogger(__name__)
 BUSY_TIMEOUT_S = 0.0
 IDLE_TIMEOUT_S = 0.02
 MAX_DECODE_OOM_RETRIES = 3
+
+
+def _bin_part(work: _BinWork, seqs: list[Sequence], first: int, end: int) -> _BinWork:
+    """Sequences first..end-1 of a prefilled bin as a bin of their own: views of its device arrays
+    (spans are contiguous), offsets rebased. Host reads of cu_seqlens: only after an out-of-memory error."""
+    db = work.device_bin
+    cu = db.cu_seqlens.tolist()
+    lens = db.seq_lens.tolist()[first:end]
+    lo, hi = cu[first], cu[end]
+    part = DeviceBin(db.input_ids[lo:hi], db.position_ids[lo:hi], db.cu_seqlens[first:end + 1] - lo,
+                     db.seq_ids[first:end], db.seq_lens[first:end], db.last_token_index[first:end] - lo,
+                     db.max_new_tokens[first:end], num_real_tokens=sum(lens), ready=getattr(db, "ready", None))
+    spans = [b - a for a, b in zip(cu[first:end], cu[first + 1:end + 1])]
+    mine = seqs[first:end]
+    max_k = max(lens) if not any(s.prefix_len for s in mine) else max(
+        s.prefix_len + span for s, span in zip(mine, spans))  # as _take_work computes it
+    return _BinWork(part, max(spans), max_k)
 
 
 def _plan_kind(plan: Plan) -> str:
@@ -319,6 +336,13 @@ class Engine:
                             "(%d/%d)", len(seqs), self._decode_ooms, MAX_DECODE_OOM_RETRIES)
                 return
             failed = list(seqs)
+        elif isinstance(plan, PrefillBin) and len(seqs) > 1:
+            half = len(seqs) // 2
+            self.scheduler.requeue_split(plan, [(_bin_part(plan.bin, seqs, 0, half), seqs[:half]),
+                                                (_bin_part(plan.bin, seqs, half, len(seqs)), seqs[half:])])
+            log.warning("a bin of %d sequences ran out of GPU memory; retrying it as bins of %d and %d",
+                        len(seqs), half, len(seqs) - half)
+            return
         else:
             failed = self.scheduler.retry_smaller(plan)
             log.warning("%s of %d sequence(s) ran out of GPU memory; retrying in smaller pieces",

@@ -304,6 +304,14 @@ class Scheduler:
             return []
         return []
 
+    def requeue_split(self, plan: PrefillBin, parts: list[tuple[Any, list[Sequence]]]) -> None:
+        """After `plan` ran out of GPU memory: its slabs are given back and its parts (bins, each with
+        its sequences) go first in the queue, in order, to be admitted again."""
+        for seq in plan.seqs:
+            self._free(seq)
+            seq.status = SequenceStatus.WAITING
+        self.waiting_bins.extendleft(reversed([PrefillBin(work, seqs) for work, seqs in parts]))
+
     def fail(self, seqs: list[Sequence], error: BaseException) -> None:
         """Mark sequences failed and give back their slabs; they leave every queue."""
         for seq in seqs:
