@@ -232,7 +232,8 @@ def cold_start(out: Path, tokenizer_dir: Path, log) -> dict:
         output.unlink(missing_ok=True)
         env = {**os.environ, "XDG_CACHE_HOME": str(cache), "PYTHONUNBUFFERED": "1"}
         cmd = [sys.executable, "-m", "worker.cli", "summarize", str(data), "-o", str(output), "--model",
-               str(model_dir), "--tokenizer", str(tokenizer_dir), "--max-new-tokens", "64", "--no-progress"]
+               str(model_dir), "--tokenizer", str(Path(tokenizer_dir).resolve()), "--max-new-tokens", "64",
+               "--no-progress"]
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 cwd=work)  # the installed package, not a source tree without its native module

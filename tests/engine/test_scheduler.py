@@ -70,3 +70,21 @@ def test_scheduler_bin_of_half_the_budget_joins_decoding_at_once():
     sched.postprocess(plan, [100])
     sched.add_bin("bin-b", [_seq(1, 16, new=50), _seq(2, 16, new=50)])  # 32 of 64 tokens
     assert isinstance(sched.schedule(), PrefillBin)
+
+
+def test_scheduler_paces_small_bins_on_the_fixed_part_of_a_long_prefill_only():
+    from worker.engine.scheduler import PREFILL_FIXED_COST_S
+
+    sched = Scheduler(SlabAllocator(400), eos_ids=(), chunk_tokens=64)
+    sched.add_bin("bin-a", [_seq(0, 10, new=50)])
+    plan = sched.schedule()
+    sched.observe_step(plan, 10 * PREFILL_FIXED_COST_S)  # a long prefill: mostly GPU work
+    sched.postprocess(plan, [100])
+    sched.add_bin("bin-b", [_seq(1, 10, new=50)])
+    steps = []
+    for _ in range(3):
+        plan = sched.schedule()
+        steps.append(type(plan).__name__)
+        sched.observe_step(plan, PREFILL_FIXED_COST_S if isinstance(plan, Decode) else 0.0)
+        sched.postprocess(plan, [101] * len(plan.seqs))
+    assert steps == ["Decode", "Decode", "PrefillBin"]  # 1.5 x the fixed part, not 1.5 x the whole

@@ -67,8 +67,12 @@ MIN_OOM_CHUNK = 256
 # bins admitted as soon as they came starved decode: at 20 % load 355 prefill steps ran beside 200
 # decode steps in 15.7 s, so each token waited ~80 ms (bench/gpu_stream.py, 2026-12-01). While
 # sequences decode, a bin under half the token budget therefore waits until decode steps have run
-# this many times the last prefill's time; meanwhile later arrivals pack into the next, fuller bin.
+# this many times the last prefill's time, counting at most PREFILL_FIXED_COST_S of it (the part
+# that does not grow with the bin: a 7B model's prefill of 22 prompts took 270 ms, nearly all of it
+# GPU work that waiting does not save, and pacing on all of it held records for seconds at 80 %
+# load); meanwhile later arrivals pack into the next, fuller bin.
 DECODE_TIME_PER_PREFILL = 1.5
+PREFILL_FIXED_COST_S = 0.05
 
 
 class Scheduler:
@@ -151,7 +155,8 @@ class Scheduler:
             return False
         new_tokens = sum(s.prompt_len - s.prefix_len for s in work.seqs)
         return (2 * new_tokens < self.chunk_tokens
-                and self._decode_since_prefill_s < DECODE_TIME_PER_PREFILL * self._last_prefill_s)
+                and self._decode_since_prefill_s
+                < DECODE_TIME_PER_PREFILL * min(self._last_prefill_s, PREFILL_FIXED_COST_S))
 
     def _decode_has_room(self, num_seqs: int) -> bool:
         active = len(self.decoding) + (self.prefilling is not None)
