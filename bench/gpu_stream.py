@@ -150,15 +150,17 @@ def build_cpu_loaded(new_tokens: int):
 
 
 def shape_sweep(shape: str, loaded, records, *, loads, seconds: float, new_tokens: int,
-                unbounded_s: float, log, switch_interval_loads=(), unbounded=True, eager_loads=()) -> dict:
+                unbounded_s: float, log, switch_interval_loads=(), unbounded=True, eager_loads=(),
+                into: dict | None = None) -> dict:
     from gpu_job import worker_summarizer
     from worker.engine.step_trace import StepTrace
 
     summarizer = worker_summarizer(loaded, stream_params(new_tokens), new_tokens)
     summarizer.engine.trace = StepTrace()
     summarizer.start()
-    res: dict = {"budgets": getattr(summarizer, "worker_budgets", None),
-                 "max_seqs_per_bin": summarizer.max_seqs_per_bin}
+    res = into if into is not None else {}  # filled as it goes: a run cut short keeps what it measured
+    res.update({"budgets": getattr(summarizer, "worker_budgets", None),
+                "max_seqs_per_bin": summarizer.max_seqs_per_bin})
     warm = records[: min(300, len(records))]
     list(summarizer.results_in_order(warm))  # compile, capture graphs, start the preprocessing pool
     n_cap = CAPACITY_RECORDS.get(shape, 1000)
@@ -259,8 +261,8 @@ def cold_start(out: Path, tokenizer_dir: Path, log) -> dict:
     return res
 
 
-def chart(res: dict, path: Path) -> None:
-    """p50 and p99 latency against offered load, one panel per shape."""
+def chart(res: dict, path: Path, baseline: dict | None = None) -> None:
+    """p50 and p99 latency against offered load, one panel per shape; a baseline run's p50/p99 dotted."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -273,6 +275,11 @@ def chart(res: dict, path: Path) -> None:
         loads = [100 * v["load"] for v in runs]
         for q, style in (("p50_s", "o-"), ("p90_s", "s--"), ("p99_s", "^-")):
             ax.plot(loads, [v[q] for v in runs], style, label=q.removesuffix("_s"))
+        if baseline is not None and isinstance(baseline.get(shape), dict):
+            base = sorted((v for k, v in baseline[shape].items() if k.startswith("load_")), key=lambda v: v["load"])
+            for q, color in (("p50_s", "C0"), ("p99_s", "C2")):
+                ax.plot([100 * v["load"] for v in base], [v[q] for v in base], ":", color=color, alpha=0.6,
+                        label=f"{q.removesuffix('_s')} before ({baseline.get('date', '')})")
         ax.set_xlabel("offered load (% of the measured batch capacity)")
         ax.set_ylabel("latency, arrival -> summary (s)")
         cap = res[shape]["capacity"]["records_per_s"]
@@ -289,6 +296,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--tokenizer", type=Path, help="the SmolLM2 tokenizer saved as a folder (GPU runs)")
     ap.add_argument("--chart-from", type=Path)
+    ap.add_argument("--baseline", type=Path, help="with --chart-from: an earlier run drawn dotted")
     ap.add_argument("--shapes", default="smollm2,qwen7b")
     ap.add_argument("--loads", default=",".join(map(str, LOADS)))
     ap.add_argument("--seconds", type=float, default=20.0, help="length of each load's stream")
@@ -302,7 +310,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.chart_from:
-        chart(json.loads(args.chart_from.read_text()), args.out / "gpu_stream.png")
+        base = json.loads(args.baseline.read_text()) if args.baseline else None
+        chart(json.loads(args.chart_from.read_text()), args.out / "gpu_stream.png", base)
         return {}
     from gpu_job import build_loaded, records_for
 
@@ -334,7 +343,8 @@ def main(argv: list[str] | None = None) -> dict:
         for shape in args.shapes.split(","):
             loaded = build_loaded(shape, tokenizer)
             try:
-                res[shape] = shape_sweep(shape, loaded, records, loads=loads, seconds=args.seconds,
+                res[shape] = {}
+                shape_sweep(shape, loaded, records, into=res[shape], loads=loads, seconds=args.seconds,
                                          new_tokens=new_tokens, unbounded_s=args.unbounded_s, log=log,
                                          switch_interval_loads=[float(x) for x in args.gil_check_loads.split(",") if x],
                                          unbounded=shape in args.unbounded_shapes.split(","),
