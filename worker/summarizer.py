@@ -19,8 +19,6 @@ import time
 from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-import torch
-
 from worker.dispatch import Backpressure
 from worker.engine.engine import Engine
 from worker.engine.errors import ContextTooLong, EngineClosed
@@ -29,15 +27,17 @@ from worker.engine.prefix_reuse import BLOCK_SIZE as PREFIX_BLOCK_SIZE
 from worker.engine.prefix_reuse import PrefixReuse
 from worker.engine.runner import ModelRunner
 from worker.engine.sequence import SamplingParams, Sequence, SequenceStatus
+from worker.engine.sizing import arena_rows, default_kv_rows  # noqa: F401 - default_kv_rows: re-exported
 from worker.engine.stops import first_stop
 from worker.facts import extract_facts
 from worker.facts.agreement import check_narrative
+from worker.in_order import results_in_order, summarize_all
 from worker.long_inputs import (RecordTooLong, body_for_pieces, plan_chunk_prompts, plan_merge,
                                 select_within_cap)
 from worker.messages import Facts, Summary, TelemetryRecord, Timings
 from worker.preprocess import Prepared, Preprocessor, default_workers, tokenize_messages
 from worker.prompts import approx_tokens
-from worker.sampling_defaults import REPETITION_PENALTY, STOP_STRINGS
+from worker.sampling_defaults import default_sampling  # noqa: F401 - re-exported: callers build sampling here
 
 log = logging.getLogger(__name__)
 
@@ -55,42 +55,6 @@ OVER_CAP_POLICIES = ("select", "dead_letter")
 # bins every 50 ms while the engine held another; each then waited its turn and cost a prefill step
 # of its own (see scheduler.DECODE_TIME_PER_PREFILL).
 BIN_LATENCY_CAP_S = 0.5
-
-
-def default_sampling(max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0) -> SamplingParams:
-    """How summaries are generated unless told otherwise: the prompts' stop strings and repetition
-    penalty (what `telesum bench quality` measured), greedy by default."""
-    return SamplingParams(max_new_tokens, temperature, top_p, stop=STOP_STRINGS,
-                          repetition_penalty=REPETITION_PENALTY)
-
-
-# Share of the GPU memory still free after the model loaded that the KV arena takes by default: the
-# rest is for prefill activations of a full bin and the decode graphs' buffers.
-GPU_KV_MEMORY_SHARE = 0.5
-
-
-def default_kv_rows(cfg, dtype: torch.dtype, device: torch.device, *, token_budget: int,
-                    max_seqs_per_bin: int, max_new_tokens: int, max_context: int) -> int:
-    """KV-tape rows when none are configured: two full bins (one decoding while the next is admitted)
-    and at least one full context; on a GPU at least `GPU_KV_MEMORY_SHARE` of the free memory, since
-    the more sequences decode together the cheaper each step is per token."""
-    rows = max(2 * (token_budget + max_seqs_per_bin * max_new_tokens), max_context)
-    if device.type == "cuda":
-        free_bytes, _ = torch.cuda.mem_get_info(device)
-        per_row = cfg.kv_bytes_per_row(torch.empty((), dtype=dtype).element_size())
-        rows = max(rows, int(GPU_KV_MEMORY_SHARE * free_bytes / per_row))
-    return rows
-
-
-def prefix_region_rows(kv_rows: int) -> int:
-    """Rows of the KV arena kept for the prefix cache: a sixteenth, up to 65,536 rows (the heads of
-    telesum's prompts are ~350-900 tokens per record kind), in whole blocks; 0 below 4 blocks."""
-    return _whole_blocks(min(kv_rows // 16, 65536))
-
-
-def _whole_blocks(rows: int) -> int:
-    rows = rows // PREFIX_BLOCK_SIZE * PREFIX_BLOCK_SIZE
-    return rows if rows >= 4 * PREFIX_BLOCK_SIZE else 0
 
 
 @dataclass(eq=False)
@@ -151,19 +115,10 @@ class Summarizer:
             raise ValueError(f"max_new_tokens {max_new_tokens} leaves no room in a {self.max_context}-token context")
         param = next(loaded.model.parameters())
         self.device = param.device
-        sized_here = kv_capacity_rows is None
-        if sized_here:
-            kv_capacity_rows = default_kv_rows(cfg, param.dtype, self.device, token_budget=token_budget,
-                                               max_seqs_per_bin=max_seqs_per_bin, max_new_tokens=max_new_tokens,
-                                               max_context=self.max_context)
-        region = 0
-        if prefix_cache:
-            region = (prefix_region_rows(kv_capacity_rows) if prefix_cache_tokens is None
-                      else _whole_blocks(prefix_cache_tokens))
-        if sized_here:
-            kv_capacity_rows += region  # the prefix region comes on top of the slabs' rows
-        else:  # a given arena keeps at least one full context for slabs
-            region = _whole_blocks(min(region, kv_capacity_rows - self.max_context))
+        kv_capacity_rows, region = arena_rows(
+            cfg, param.dtype, self.device, kv_rows=kv_capacity_rows, token_budget=token_budget,
+            max_seqs_per_bin=max_seqs_per_bin, max_new_tokens=max_new_tokens, max_context=self.max_context,
+            prefix_cache=prefix_cache, prefix_cache_tokens=prefix_cache_tokens)
         if dispatcher is None:
             from worker.dispatch import BinDispatcher
 
@@ -424,47 +379,13 @@ class Summarizer:
 
     # -- offline helpers --------------------------------------------------------------------
     def summarize_all(self, records: Iterable[TelemetryRecord]) -> Iterator[Summary]:
-        """Summaries in input order; raises the exception of the first record that failed."""
-        for _, result in self.results_in_order(records):
-            if isinstance(result, Exception):
-                raise result
-            yield result
+        """Summaries in input order (see worker.in_order)."""
+        return summarize_all(self, records)
 
     def results_in_order(self, records: Iterable[TelemetryRecord], *, max_in_flight: int | None = None,
                          ) -> Iterator[tuple[TelemetryRecord, Summary | Exception]]:
-        """(record, Summary or the exception that stopped it) in input order. Request ids are
-        input indices, so do not mix with `submit` calls from elsewhere. max_in_flight: default
-        two full bins of sequences (so one decodes while the next is packed), at least 256."""
-        if max_in_flight is None:
-            max_in_flight = max(256, 2 * self.max_seqs_per_bin)
-        held: dict[int, TelemetryRecord] = {}
-        done: dict[int, Summary | Exception] = {}
-        next_out = 0
-        for index, record in enumerate(records):
-            held[index] = record
-            while True:
-                try:
-                    if len(held) - len(done) > max_in_flight:
-                        raise Backpressure("too many records in flight")
-                    self.submit(index, record)
-                    break
-                except Backpressure:
-                    done.update(self.poll(0.05))
-                except Exception as exc:  # bad prompt or record: reported in its place
-                    done[index] = exc
-                    break
-                while next_out in done:
-                    yield held.pop(next_out), done.pop(next_out)
-                    next_out += 1
-            done.update(self.poll(0.0))
-            while next_out in done:
-                yield held.pop(next_out), done.pop(next_out)
-                next_out += 1
-        while held:
-            done.update(self.poll(0.1))
-            while next_out in done:
-                yield held.pop(next_out), done.pop(next_out)
-                next_out += 1
+        """(record, result) in input order (see worker.in_order)."""
+        return results_in_order(self, records, max_in_flight=max_in_flight)
 
     # -- results ----------------------------------------------------------------------------
     def poll(self, timeout: float) -> list[tuple[Hashable, Summary | Exception]]:
