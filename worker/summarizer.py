@@ -41,6 +41,20 @@ from worker.sampling_defaults import default_sampling  # noqa: F401 - re-exporte
 
 log = logging.getLogger(__name__)
 
+
+class _Wake:
+    """Put on the feeder's queue: look at the deferred pieces now."""
+
+
+_WAKE = _Wake()
+
+
+@dataclass(frozen=True, eq=False)
+class _MergeDue:
+    """Put on the feeder's queue: every piece of this long record is summarised."""
+
+    request: _Request
+
 # A closed summarizer's thread finishes its step; joining longer than this means it is stuck.
 _JOIN_POLL_S = 0.05
 # A body longer than this many contexts (estimated, 4 characters a token) is planned on a thread
@@ -140,13 +154,13 @@ class Summarizer:
         self._num_pending = 0  # submitted records not yet handed to the engine (or failed)
         self._feeder: threading.Thread | None = None
         self._abandon = False  # set by close(): queued records fail instead of reaching the engine
-        self._lock = threading.Lock()  # protects _owners, _deferred, _planning, _results, _closing, _num_pending
+        self._lock = threading.Lock()  # protects _owners, _deferred, _planning, _merging, _results, _closing, _num_pending
         self._owners: dict[int, tuple[_Request, int]] = {}  # seq_id -> (request, piece index or -1)
         self._deferred: collections.deque[_Request] = collections.deque()  # long records with todo pieces
         self._planning: set[_Request] = set()  # long records whose pieces are being planned apart
         self._results: collections.deque[tuple[Hashable, Summary | Exception]] = collections.deque()
         self._closing = False
-        self._retry_lock = threading.RLock()  # one thread at a time submits deferred pieces
+        self._merging: set[_Request] = set()  # long records whose merge the feeder has still to plan
         self._thread: threading.Thread | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -199,9 +213,10 @@ class Summarizer:
                 self._thread.join(_JOIN_POLL_S)
         self._pump(0.0)
         with self._lock:  # hierarchical pieces or merges that never reached the engine
-            stranded = {id(r): r for r in [*self._deferred, *self._planning] if not r.failed}
+            stranded = {id(r): r for r in [*self._deferred, *self._planning, *self._merging] if not r.failed}
             self._deferred.clear()
             self._planning.clear()
+            self._merging.clear()
         for req in stranded.values():
             req.failed = True
             self._push(req.request_id, EngineClosed("the summarizer closed before this record finished"))
@@ -244,29 +259,37 @@ class Summarizer:
         future.add_done_callback(lambda f: self._prepared.put((req, f)))
 
     def _feed(self) -> None:
-        """The feeder thread: prepared records into the engine, waiting for dispatcher room."""
+        """The feeder thread, the one thread that adds work to the engine: prepared records, long
+        records' pieces and the merges of their summaries, each waiting for dispatcher room."""
         stopping = False
         while True:
-            item = self._prepared.get()
+            try:  # wake now and then while pieces wait for room in the dispatcher
+                item = self._prepared.get(timeout=_JOIN_POLL_S if self._deferred else None)
+            except queue.Empty:
+                item = _WAKE
             if item is None:
                 stopping = True
+            elif isinstance(item, _MergeDue):
+                self._plan_merge(item.request)
+            elif item is not _WAKE:
+                self._feed_record(*item)
+            self._retry_deferred()
+            if stopping:
                 with self._lock:
                     if self._num_pending == 0:
                         return
-                continue
-            req, future = item
-            try:
-                prepared = future.result()
-                if self._abandon:
-                    raise EngineClosed("the summarizer closed before this record was queued")
-                self._admit(req, prepared)
-            except Exception as exc:  # noqa: BLE001 - this record's failure, reported through poll
-                req.failed = True
-                self._push(req.request_id, exc)
-            with self._lock:
-                self._num_pending -= 1
-                if stopping and self._num_pending == 0:
-                    return
+
+    def _feed_record(self, req: _Request, future) -> None:
+        try:
+            prepared = future.result()
+            if self._abandon:
+                raise EngineClosed("the summarizer closed before this record was queued")
+            self._admit(req, prepared)
+        except Exception as exc:  # noqa: BLE001 - this record's failure, reported through poll
+            req.failed = True
+            self._push(req.request_id, exc)
+        with self._lock:
+            self._num_pending -= 1
 
     def _admit(self, req: _Request, prepared: Prepared) -> None:
         """Hand one prepared record to the engine (its pieces, when longer than the context)."""
@@ -343,17 +366,17 @@ class Summarizer:
         req.prompt_tokens += len(prompt)
 
     def _defer(self, req: _Request) -> None:
+        """Queue a long record's pieces for the feeder (any thread)."""
         with self._lock:
             if req not in self._deferred:
                 self._deferred.append(req)
-        self._retry_deferred()
+        self._prepared.put(_WAKE)
 
     def _retry_deferred(self) -> None:
-        """Submit long records' next pieces, round-robin, at most MAX_PIECES_IN_FLIGHT per record."""
-        with self._retry_lock:
-            self._retry_deferred_locked()
-
-    def _retry_deferred_locked(self) -> None:
+        """Submit long records' next pieces, round-robin, at most MAX_PIECES_IN_FLIGHT per record.
+        Feeder thread only."""
+        if self._abandon:
+            return  # close() fails what is still deferred
         with self._lock:
             waiting = list(self._deferred)
         for req in waiting:
@@ -374,7 +397,7 @@ class Summarizer:
 
     def _has_unsubmitted_work(self) -> bool:
         with self._lock:
-            return bool(self._deferred or self._planning) or self._num_pending > 0 or any(
+            return bool(self._deferred or self._planning or self._merging) or self._num_pending > 0 or any(
                 r.hierarchical and not r.failed and None in r.pieces for r, _ in self._owners.values())
 
     # -- offline helpers --------------------------------------------------------------------
@@ -401,7 +424,6 @@ class Summarizer:
 
     def _pump(self, timeout: float) -> None:
         """Move finished sequences into results (blocking up to `timeout` for the first one)."""
-        self._retry_deferred()
         try:
             seq = self.engine.finished.get(timeout=timeout) if timeout > 0 else self.engine.finished.get_nowait()
         except queue.Empty:
@@ -412,7 +434,6 @@ class Summarizer:
                 seq = self.engine.finished.get_nowait()
             except queue.Empty:
                 break
-        self._retry_deferred()
 
     def _on_finished(self, seq: Sequence) -> None:
         with self._lock:
@@ -440,21 +461,29 @@ class Summarizer:
         req.pieces[piece] = text.strip()
         if None in req.pieces:
             return
-        try:  # one merge when it fits; else the next level of the tree: merges of groups
+        with self._lock:
+            self._merging.add(req)
+        self._prepared.put(_MergeDue(req))  # the feeder plans and adds the merge
+
+    def _plan_merge(self, req: _Request) -> None:
+        """The feeder's part of a long record whose pieces are all summarised: one merge when it fits,
+        else the next level of the tree (merges of groups), queued as pieces."""
+        try:
             prompts = plan_merge(req.record, req.facts, list(req.pieces), tokenize=self.tokenize,
                                  max_prompt_tokens=self.max_context - self.params.max_new_tokens)
         except ContextTooLong as exc:
             req.failed = True
             self._push(req.request_id, exc)
-            return
+            prompts = []
         if len(prompts) == 1:  # the final sequence has piece -1
             req.pieces = []
             req.todo.append((prompts[0], -1))
-        else:
+        elif prompts:
             req.pieces = [None] * len(prompts)
             req.todo.extend((p, i) for i, p in enumerate(prompts))
         with self._lock:
-            if req not in self._deferred:
+            self._merging.discard(req)
+            if prompts and req not in self._deferred:
                 self._deferred.append(req)
 
     def _summary(self, req: _Request, text: str) -> Summary:

@@ -352,3 +352,28 @@ def test_summarizer_prefix_cache_region_follows_the_setting_and_never_takes_slab
     finally:
         for s in (sized, given, off):
             s.close()
+
+
+def test_summarizer_work_enters_the_engine_only_from_the_feeder_thread(loaded):
+    import threading
+
+    words = ["link", "down", "fan", "power", "sync", "lost", "radio", "fault", "cleared", "major", "minor"]
+    rng = random.Random(1)
+    body = "\n".join(" ".join(rng.choice(words) for _ in range(8)) for _ in range(60))
+    records = [_record(1), _record(2, body=body), _record(3)]
+    s = _summarizer(loaded, token_budget=512, max_context=1024)
+    adders: list[str] = []
+    original = s.engine.add
+
+    def add(prompt, params):
+        adders.append(threading.current_thread().name)
+        return original(prompt, params)
+
+    s.engine.add = add
+    try:
+        summaries = list(s.summarize_all(records))  # this thread submits and polls
+    finally:
+        s.close()
+    assert [x.id for x in summaries] == ["r1", "r2", "r3"] and summaries[1].hierarchical
+    assert len(adders) > len(records)  # pieces and the merge came in too
+    assert set(adders) == {"telesum-feeder"}
