@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from worker.dispatch import Backpressure
 from worker.engine.engine import Engine
-from worker.engine.errors import ContextTooLong, EngineClosed
+from worker.engine.errors import EngineClosed
 from worker.engine.kv_arena import KVArena
 from worker.engine.prefix_reuse import BLOCK_SIZE as PREFIX_BLOCK_SIZE
 from worker.engine.prefix_reuse import PrefixReuse
@@ -29,11 +29,9 @@ from worker.engine.runner import ModelRunner
 from worker.engine.sequence import SamplingParams, Sequence, SequenceStatus
 from worker.engine.sizing import arena_rows, default_kv_rows  # noqa: F401 - default_kv_rows: re-exported
 from worker.engine.stops import first_stop
-from worker.facts import extract_facts
 from worker.facts.agreement import check_narrative
 from worker.in_order import results_in_order, summarize_all
-from worker.long_inputs import (RecordTooLong, body_for_pieces, plan_chunk_prompts, plan_merge,
-                                select_within_cap)
+from worker.long_records import WAKE, LongRecords, MergeDue
 from worker.messages import Facts, Summary, TelemetryRecord, Timings
 from worker.preprocess import Prepared, Preprocessor, default_workers, tokenize_messages
 from worker.prompts import approx_tokens
@@ -42,27 +40,11 @@ from worker.sampling_defaults import default_sampling  # noqa: F401 - re-exporte
 log = logging.getLogger(__name__)
 
 
-class _Wake:
-    """Put on the feeder's queue: look at the deferred pieces now."""
-
-
-_WAKE = _Wake()
-
-
-@dataclass(frozen=True, eq=False)
-class _MergeDue:
-    """Put on the feeder's queue: every piece of this long record is summarised."""
-
-    request: _Request
-
 # A closed summarizer's thread finishes its step; joining longer than this means it is stuck.
 _JOIN_POLL_S = 0.05
 # A body longer than this many contexts (estimated, 4 characters a token) is planned on a thread
 # of its own instead of the caller's.
 _PLAN_APART_CONTEXTS = 2
-# Pieces of one long record in the engine at once: enough to keep a bin busy beside other work,
-# few enough that a long record never fills the dispatcher's queue ahead of newer records.
-MAX_PIECES_IN_FLIGHT = 2
 OVER_CAP_POLICIES = ("select", "dead_letter")
 # The engine asks the dispatcher for a bin whenever it can admit one, and an ask holds until served,
 # so the window's latency cap only bounds a bin nobody asked for. At 0.05 s the window packed small
@@ -154,13 +136,15 @@ class Summarizer:
         self._num_pending = 0  # submitted records not yet handed to the engine (or failed)
         self._feeder: threading.Thread | None = None
         self._abandon = False  # set by close(): queued records fail instead of reaching the engine
-        self._lock = threading.Lock()  # protects _owners, _deferred, _planning, _merging, _results, _closing, _num_pending
+        self._lock = threading.Lock()  # protects _owners, _results, _closing, _num_pending, long_records' queues
         self._owners: dict[int, tuple[_Request, int]] = {}  # seq_id -> (request, piece index or -1)
-        self._deferred: collections.deque[_Request] = collections.deque()  # long records with todo pieces
-        self._planning: set[_Request] = set()  # long records whose pieces are being planned apart
         self._results: collections.deque[tuple[Hashable, Summary | Exception]] = collections.deque()
         self._closing = False
-        self._merging: set[_Request] = set()  # long records whose merge the feeder has still to plan
+        self.long_records = LongRecords(
+            lock=self._lock, tokenizer=self.tokenizer, tokenize=self.tokenize,
+            max_prompt_tokens=self.max_context - self.params.max_new_tokens,
+            max_record_tokens=self.max_record_tokens, over_cap=self.over_cap, add=self._add, push=self._push,
+            wake=self._prepared.put)
         self._thread: threading.Thread | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -213,11 +197,8 @@ class Summarizer:
                 self._thread.join(_JOIN_POLL_S)
         self._pump(0.0)
         with self._lock:  # hierarchical pieces or merges that never reached the engine
-            stranded = {id(r): r for r in [*self._deferred, *self._planning, *self._merging] if not r.failed}
-            self._deferred.clear()
-            self._planning.clear()
-            self._merging.clear()
-        for req in stranded.values():
+            stranded = [r for r in self.long_records.strand_locked() if not r.failed]
+        for req in stranded:
             req.failed = True
             self._push(req.request_id, EngineClosed("the summarizer closed before this record finished"))
 
@@ -240,10 +221,7 @@ class Summarizer:
             # Surely beyond one context: plan its pieces on a thread of their own, so the caller (the
             # Kafka poll loop) and the preprocessing pool are not held for the tens of seconds a
             # multi-megabyte body takes to tokenise (measured: 39 s for 5 MB on 2 busy cores).
-            req = _Request(request_id, record, Facts(), time.perf_counter(), hierarchical=True)
-            with self._lock:
-                self._planning.add(req)
-            threading.Thread(target=self._plan_apart, args=(req,), name="telesum-long-plan", daemon=True).start()
+            self.long_records.plan_apart(_Request(request_id, record, Facts(), time.perf_counter(), hierarchical=True))
             return
         with self._lock:
             if self._num_pending >= self.max_pending_records:
@@ -264,16 +242,17 @@ class Summarizer:
         stopping = False
         while True:
             try:  # wake now and then while pieces wait for room in the dispatcher
-                item = self._prepared.get(timeout=_JOIN_POLL_S if self._deferred else None)
+                item = self._prepared.get(timeout=_JOIN_POLL_S if self.long_records.has_deferred else None)
             except queue.Empty:
-                item = _WAKE
+                item = WAKE
             if item is None:
                 stopping = True
-            elif isinstance(item, _MergeDue):
-                self._plan_merge(item.request)
-            elif item is not _WAKE:
+            elif isinstance(item, MergeDue):
+                self.long_records.plan_merge(item.request)
+            elif item is not WAKE:
                 self._feed_record(*item)
-            self._retry_deferred()
+            if not self._abandon:  # else close() fails what still waits
+                self.long_records.submit_ready()
             if stopping:
                 with self._lock:
                     if self._num_pending == 0:
@@ -298,54 +277,12 @@ class Summarizer:
         if len(prompt) <= self.max_context - self.params.max_new_tokens:
             self._add_waiting(req, prompt, -1)
             return
-        self._plan_pieces(req)
-        self._defer(req)  # its pieces join the engine as the other long records' do
-
-    def _plan_pieces(self, req: _Request) -> None:
-        """The record's chunk prompts into req.todo (from a stated selection when over the work cap).
-        Raises RecordTooLong (over the cap, policy dead_letter) or ContextTooLong."""
-        record, limit = req.record, self.max_context - self.params.max_new_tokens
-        body = body_for_pieces(record)
-        lines = body.splitlines()  # one batch call counts every line: per-line calls cost ~100x more
-        counts = dict(zip(lines, map(len, self.tokenizer(lines, add_special_tokens=False)["input_ids"]))) \
-            if lines else {}
-
-        def count_tokens(text: str) -> int:
-            n = counts.get(text)
-            return n if n is not None else self._count_tokens(text)
-
-        if self.max_record_tokens is not None and sum(counts.values()) + len(lines) > self.max_record_tokens:
-            if self.over_cap == "dead_letter":
-                raise RecordTooLong(f"record {record.id!r}: its body is over the work cap of "
-                                    f"{self.max_record_tokens} tokens")
-            selected = select_within_cap(body, self.max_record_tokens, count_tokens)
-            body, req.selection = selected.text, selected.description
-        pieces = plan_chunk_prompts(record, tokenize=self.tokenize, count_tokens=count_tokens,
-                                    max_prompt_tokens=limit, body=body)
-        req.hierarchical = True
-        req.num_chunks = len(pieces)
-        req.pieces = [None] * len(pieces)
-        req.todo.extend((p, i) for i, p in enumerate(pieces))
-
-    def _plan_apart(self, req: _Request) -> None:
-        """The planning thread of one long record: facts, pieces, then its pieces join the engine."""
-        try:
-            req.facts = extract_facts(req.record)
-            self._plan_pieces(req)
-        except Exception as exc:  # noqa: BLE001 - this record's problem: it comes back as its result
-            req.failed = True
-            self._push(req.request_id, exc)
-        finally:
-            with self._lock:
-                self._planning.discard(req)
-        if not req.failed:
-            self._defer(req)
+        self.long_records.plan_pieces(req)
+        self.long_records.defer(req)  # its pieces join the engine as the other long records' do
 
     def threads_alive(self) -> bool:
         """True while the GPU loop or a long record's planning thread still runs. Thread-safe."""
-        with self._lock:
-            planning = bool(self._planning)
-        return planning or (self._thread is not None and self._thread.is_alive())
+        return self.long_records.is_planning() or (self._thread is not None and self._thread.is_alive())
 
     def _add_waiting(self, req: _Request, prompt, piece: int) -> None:
         """`_add`, waiting for dispatcher room while it is full (the feeder thread's backpressure)."""
@@ -365,39 +302,9 @@ class Summarizer:
             req.in_flight += 1
         req.prompt_tokens += len(prompt)
 
-    def _defer(self, req: _Request) -> None:
-        """Queue a long record's pieces for the feeder (any thread)."""
-        with self._lock:
-            if req not in self._deferred:
-                self._deferred.append(req)
-        self._prepared.put(_WAKE)
-
-    def _retry_deferred(self) -> None:
-        """Submit long records' next pieces, round-robin, at most MAX_PIECES_IN_FLIGHT per record.
-        Feeder thread only."""
-        if self._abandon:
-            return  # close() fails what is still deferred
-        with self._lock:
-            waiting = list(self._deferred)
-        for req in waiting:
-            while req.todo and not req.failed and req.in_flight < MAX_PIECES_IN_FLIGHT:
-                prompt, piece = req.todo[0]
-                try:
-                    self._add(req, prompt, piece)
-                except Backpressure:
-                    return
-                except Exception as exc:  # closed, or a prompt the engine refuses: the record fails
-                    req.failed = True
-                    self._push(req.request_id, exc)
-                    break
-                req.todo.popleft()
-            if req.failed or not req.todo:
-                with self._lock:
-                    self._deferred.remove(req)
-
     def _has_unsubmitted_work(self) -> bool:
         with self._lock:
-            return bool(self._deferred or self._planning or self._merging) or self._num_pending > 0 or any(
+            return self.long_records.has_work_locked() or self._num_pending > 0 or any(
                 r.hierarchical and not r.failed and None in r.pieces for r, _ in self._owners.values())
 
     # -- offline helpers --------------------------------------------------------------------
@@ -461,30 +368,7 @@ class Summarizer:
         req.pieces[piece] = text.strip()
         if None in req.pieces:
             return
-        with self._lock:
-            self._merging.add(req)
-        self._prepared.put(_MergeDue(req))  # the feeder plans and adds the merge
-
-    def _plan_merge(self, req: _Request) -> None:
-        """The feeder's part of a long record whose pieces are all summarised: one merge when it fits,
-        else the next level of the tree (merges of groups), queued as pieces."""
-        try:
-            prompts = plan_merge(req.record, req.facts, list(req.pieces), tokenize=self.tokenize,
-                                 max_prompt_tokens=self.max_context - self.params.max_new_tokens)
-        except ContextTooLong as exc:
-            req.failed = True
-            self._push(req.request_id, exc)
-            prompts = []
-        if len(prompts) == 1:  # the final sequence has piece -1
-            req.pieces = []
-            req.todo.append((prompts[0], -1))
-        elif prompts:
-            req.pieces = [None] * len(prompts)
-            req.todo.extend((p, i) for i, p in enumerate(prompts))
-        with self._lock:
-            self._merging.discard(req)
-            if prompts and req not in self._deferred:
-                self._deferred.append(req)
+        self.long_records.piece_done(req)  # the feeder plans and adds the merge
 
     def _summary(self, req: _Request, text: str) -> Summary:
         return Summary(

@@ -15,7 +15,8 @@ from worker.model.attention import SdpaBackend
 from worker.model.config import ModelConfig
 from worker.model.llama import LlamaModel
 from worker.prompts import build_messages
-from worker.summarizer import MAX_PIECES_IN_FLIGHT, Summarizer
+from worker.long_records import MAX_PIECES_IN_FLIGHT
+from worker.summarizer import Summarizer
 
 from .conftest import FakeDispatcher
 from .helpers import generate
@@ -271,7 +272,7 @@ def test_summarizer_long_record_pieces_interleave_with_later_records(loaded):
         order: list = []
         while "short" not in order:
             order += [rid for rid, _ in s.poll(1.0)]
-        (long_req,) = s._deferred
+        (long_req,) = s.long_records._deferred
         waiting = len(long_req.todo)
         while len(order) < 2:
             order += [rid for rid, _ in s.poll(1.0)]
@@ -315,8 +316,8 @@ def test_summarizer_far_beyond_context_plans_off_the_callers_thread(loaded):
     # The Kafka poll loop calls submit: a multi-context record must not be tokenised on its thread.
     s = _summarizer(loaded, token_budget=1024)  # the model's 4,096-token context: "fits" fits
     planned_on: list[str] = []
-    plan = s._plan_pieces
-    s._plan_pieces = lambda req: (planned_on.append(threading.current_thread().name), plan(req))[1]
+    plan = s.long_records.plan_pieces
+    s.long_records.plan_pieces = lambda req: (planned_on.append(threading.current_thread().name), plan(req))[1]
     try:
         s.submit("long", _record(12, body=_long_body(1000)))
         s.submit("fits", _record(13))
