@@ -16,12 +16,12 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 
-from worker.dispatch import Backpressure, DeviceBin, DispatcherClosed, SequenceTooLong
+from worker.dispatch import Backpressure, DispatcherClosed, SequenceTooLong
+from worker.engine.bins import BinWork, split_bin
 from worker.engine.errors import ContextTooLong, EngineClosed, OutOfMemory
 from worker.engine.kv_arena import SlabAllocator
 from worker.engine.prefix_reuse import PrefixReuse
@@ -40,23 +40,6 @@ IDLE_TIMEOUT_S = 0.02
 MAX_DECODE_OOM_RETRIES = 3
 
 
-def _bin_part(work: _BinWork, seqs: list[Sequence], first: int, end: int) -> _BinWork:
-    """Sequences first..end-1 of a prefilled bin as a bin of their own: views of its device arrays
-    (spans are contiguous), offsets rebased. Host reads of cu_seqlens: only after an out-of-memory error."""
-    db = work.device_bin
-    cu = db.cu_seqlens.tolist()
-    lens = db.seq_lens.tolist()[first:end]
-    lo, hi = cu[first], cu[end]
-    part = DeviceBin(db.input_ids[lo:hi], db.position_ids[lo:hi], db.cu_seqlens[first:end + 1] - lo,
-                     db.seq_ids[first:end], db.seq_lens[first:end], db.last_token_index[first:end] - lo,
-                     db.max_new_tokens[first:end], num_real_tokens=sum(lens), ready=getattr(db, "ready", None))
-    spans = [b - a for a, b in zip(cu[first:end], cu[first + 1:end + 1])]
-    mine = seqs[first:end]
-    max_k = max(lens) if not any(s.prefix_len for s in mine) else max(
-        s.prefix_len + span for s, span in zip(mine, spans))  # as _take_work computes it
-    return _BinWork(part, max(spans), max_k)
-
-
 def _plan_kind(plan: Plan) -> str:
     return {PrefillBin: "prefill", PrefillChunk: "chunk", Decode: "decode"}.get(type(plan), "fail")
 
@@ -67,13 +50,6 @@ def is_out_of_memory(exc: BaseException) -> bool:
         return True
     text = str(exc)
     return isinstance(exc, RuntimeError) and ("CUDA out of memory" in text or "CUBLAS_STATUS_ALLOC_FAILED" in text)
-
-
-@dataclass
-class _BinWork:
-    device_bin: Any      # the dispatcher's DeviceBin
-    max_seqlen_q: int    # longest span (with alignment pads)
-    max_seqlen_k: int    # longest real sequence
 
 
 @dataclass
@@ -255,7 +231,7 @@ class Engine:
         # After a cached head, each sequence sees its head and its whole span (pads included).
         max_k = max(lens) if not any(s.prefix_len for s in seqs) else max(
             s.prefix_len + span for s, span in zip(seqs, spans))
-        work = _BinWork(None, max(spans), max_k)
+        work = BinWork(None, max(spans), max_k)
         work.device_bin = self.dispatcher.to_device(packed, self.runner.device)
         self.scheduler.add_bin(work, seqs)
 
@@ -337,11 +313,10 @@ class Engine:
                 return
             failed = list(seqs)
         elif isinstance(plan, PrefillBin) and len(seqs) > 1:
-            half = len(seqs) // 2
-            self.scheduler.requeue_split(plan, [(_bin_part(plan.bin, seqs, 0, half), seqs[:half]),
-                                                (_bin_part(plan.bin, seqs, half, len(seqs)), seqs[half:])])
+            parts = split_bin(plan.bin, seqs)
+            self.scheduler.requeue_split(plan, parts)
             log.warning("a bin of %d sequences ran out of GPU memory; retrying it as bins of %d and %d",
-                        len(seqs), half, len(seqs) - half)
+                        len(seqs), len(parts[0][1]), len(parts[1][1]))
             return
         else:
             failed = self.scheduler.retry_smaller(plan)
@@ -356,7 +331,7 @@ class Engine:
     def _run_model(self, plan: Plan, seqs: list[Sequence]) -> np.ndarray:
         """The step's forward pass and sampling -> int64 [B] tokens (empty for a non-final chunk)."""
         if isinstance(plan, PrefillBin):
-            work: _BinWork = plan.bin
+            work: BinWork = plan.bin
             logits = self.runner.prefill_bin(work.device_bin, [s.slab_start for s in seqs],
                                              work.max_seqlen_q, work.max_seqlen_k,
                                              [s.prefix_len for s in seqs])
