@@ -130,13 +130,13 @@ def summarizer_run(loaded, records, *, sampling: str, worker_config: bool, profi
             **({"budgets": budgets} if budgets else {})}
 
 
-def worker_summarizer(loaded, params):
+def worker_summarizer(loaded, params, new_tokens: int = NEW_TOKENS):
     """The Summarizer exactly as `telesum worker` builds it from its default settings on this GPU
     (budgets from the probe, as the command resolves them)."""
     from worker.runtime import budgets_for, build_summarizer
     from worker.settings.load import from_values
 
-    loaded_settings = from_values({"engine.max_new_tokens": NEW_TOKENS})
+    loaded_settings = from_values({"engine.max_new_tokens": new_tokens})
     budgets = budgets_for(loaded_settings, loaded)
     summarizer = build_summarizer(loaded_settings.settings.engine, budgets, loaded)
     summarizer.params = dataclasses.replace(params, max_new_tokens=summarizer.params.max_new_tokens)

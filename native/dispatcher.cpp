@@ -197,7 +197,8 @@ std::optional<BinInfo> Dispatcher::next_bin(std::optional<double> timeout_s) {
         last_handout_s_ = -1.0;
     }
     if (ready_.empty() && !drained_ && !stop_) {
-        if (waiting_consumers_++ == 0) gpu_waiting_since_s_ = now;
+        if (waiting_consumers_++ == 0 && !gpu_wants_bin_) gpu_waiting_since_s_ = now;
+        gpu_wants_bin_ = true;
         kick_locked();  // the GPU wants work
         auto pred = [&] { return !ready_.empty() || drained_ || stop_; };
         if (timeout_s) {
@@ -212,6 +213,7 @@ std::optional<BinInfo> Dispatcher::next_bin(std::optional<double> timeout_s) {
         ready_.pop_front();
         slot_state_[static_cast<size_t>(info.slot)] = SlotState::kHandedOut;
         last_handout_s_ = now_s();
+        gpu_wants_bin_ = false;
         return info;
     }
     if (drained_ || stop_ || (closing_ && !started_)) throw ClosedError("dispatcher is closed and drained");

@@ -123,7 +123,8 @@ public:
     bool wait_for_room(int64_t tokens, std::optional<double> timeout_s);
 
     // Waits up to timeout (forever if empty) for a packed bin; nullopt on timeout. Asking is the
-    // "GPU wants work" signal. Raises ClosedError once closed and drained, NotStartedError before
+    // "GPU wants work" signal; it holds until a bin is handed out, so a zero-timeout peek gets the
+    // pending sequences packed for its next ask. Raises ClosedError once closed and drained, NotStartedError before
     // start(). Thread-safe; the slot belongs to the caller until release().
     std::optional<BinInfo> next_bin(std::optional<double> timeout_s);
     // Returns a handed-out slot for reuse. Raises UnknownSlotError for a slot that does not exist
@@ -176,7 +177,11 @@ private:
     int64_t arrived_tokens_ = 0;          // (mu_) total ever submitted
     double oldest_carried_s_ = 0.0;       // (mu_) arrival of the oldest carried sequence
     int waiting_consumers_ = 0;           // (mu_)
-    double gpu_waiting_since_s_ = 0.0;    // (mu_) valid while waiting_consumers_ > 0
+    double gpu_waiting_since_s_ = 0.0;    // (mu_) valid while waiting_consumers_ > 0 or gpu_wants_bin_
+    // (mu_) a next_bin() found nothing ready and no bin has been handed out since: the GPU side
+    // still wants work though it stopped waiting (a zero-timeout peek between decode steps), so
+    // the window packs for it as for a waiting consumer instead of holding until the latency cap.
+    bool gpu_wants_bin_ = false;
     double last_handout_s_ = -1.0;        // (mu_)
     int room_waiters_ = 0;                // (mu_)
     std::vector<SlotBuffers> slots_;      // (mu_ to resize; fixed after start)

@@ -30,7 +30,7 @@ void Dispatcher::run() {
             d.action = PackAction::kPackAll;
         } else if (queued_seqs_ > 0) {
             const double oldest = !carried_.empty() ? carried_.front().arrival_s : incoming_.front().arrival_s;
-            const double gpu_since = (waiting_consumers_ > 0 && ready_.empty())
+            const double gpu_since = ((waiting_consumers_ > 0 || gpu_wants_bin_) && ready_.empty())
                                          ? gpu_waiting_since_s_
                                          : std::numeric_limits<double>::quiet_NaN();
             d = window_.decide(now, queued_tokens_, queued_seqs_, oldest, gpu_since);

@@ -18,6 +18,7 @@ LAYERS: list[set[str]] = [
     {"engine", "ops"},
     {"prompts", "probe", "kafka"},               # prompts own the sampling policy, so they sit above the engine
     {"preprocess", "long_inputs"},
+    {"long_records", "in_order"},                # a long record's pieces and merges; offline in-order results
     {"summarizer"},
     {"runtime"},                                 # settings -> a running Summarizer
     {"commands"},                                # every `telesum` command

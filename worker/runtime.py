@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+import os
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,8 +27,34 @@ def resolve_device(name: str):
     return torch.device(name)
 
 
+@contextlib.contextmanager
+def startup_phase(name: str) -> Iterator[None]:
+    """Logs how long one start-up phase took ("start-up: model loaded in 8.1 s")."""
+    started = time.perf_counter()
+    yield
+    log.info("start-up: %s in %.1f s", name, time.perf_counter() - started,
+             extra={"startup_phase": name, "seconds": round(time.perf_counter() - started, 3)})
+
+
+def use_persistent_compile_caches() -> None:
+    """Inductor's and Triton's caches under telesum's cache folder (unless the operator set them), so a
+    restarted worker reuses the kernels the last start compiled instead of compiling them again;
+    where that folder is a volume, the reuse survives the container too."""
+    from worker.probe.cache import cache_root
+
+    root = cache_root()
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(root / "inductor"))
+    os.environ.setdefault("TRITON_CACHE_DIR", str(root / "triton"))
+
+
 def load_model(engine: EngineSettings):
     """The LoadedModel that `engine.model` names: 'embedded', 'tiny' (random weights) or a path."""
+    use_persistent_compile_caches()
+    with startup_phase("model loaded"):
+        return _load_model(engine)
+
+
+def _load_model(engine: EngineSettings):
     import worker.model
     from worker.model.config import ModelConfig
     from worker.model.loader import embedded_model_path, random_model
@@ -50,6 +79,7 @@ class _ProbedBudgets:
     token_budget: int
     kv_rows: int
     max_seqs_per_bin: int
+    max_decode_seqs: int
 
 
 def probe_budgets(loaded, device, engine: EngineSettings, loaded_settings: LoadedSettings) -> Probed | None:
@@ -72,12 +102,13 @@ def probe_budgets(loaded, device, engine: EngineSettings, loaded_settings: Loade
         return None
     log.info("probe (%s, %.1f s): bin %d tokens, %d KV rows, %d sequences in flight (%s)", found.source,
              found.seconds, found.bin_tokens, found.kv_rows, found.max_seqs, found.cache_path)
-    return _ProbedBudgets(found.bin_tokens, found.kv_rows, min(found.max_seqs, GPU_MAX_SEQS_PER_BIN))
+    return _ProbedBudgets(found.bin_tokens, found.kv_rows, min(found.max_seqs, GPU_MAX_SEQS_PER_BIN), found.max_seqs)
 
 
 def budgets_for(loaded_settings: LoadedSettings, loaded) -> Budgets:
     device = next(loaded.model.parameters()).device
-    return resolve_budgets(loaded_settings, device.type,
+    with startup_phase("budgets (probe or its cache)"):
+        return resolve_budgets(loaded_settings, device.type,
                            probe_budgets(loaded, device, loaded_settings.settings.engine, loaded_settings))
 
 
@@ -116,19 +147,19 @@ def build_summarizer(engine: EngineSettings, budgets: Budgets, loaded, dispatche
     """The Summarizer both commands run, with the budgets in force and the engine's sampling.
     With debug logging on, its dispatcher logs one line per bin."""
     from worker.prompts.sampling import default_sampling
-    from worker.summarizer import Summarizer
+    from worker.summarizer import BIN_LATENCY_CAP_S, Summarizer
 
     if dispatcher is None and bin_log.isEnabledFor(logging.DEBUG):
         from worker.dispatch import BinDispatcher
 
         inner = BinDispatcher(budgets.token_budget, max_seqs_per_bin=budgets.max_seqs_per_bin,
-                              pad_id=loaded.tokenizer.pad_token_id or 0)
+                              pad_id=loaded.tokenizer.pad_token_id or 0, latency_cap_s=BIN_LATENCY_CAP_S)
         dispatcher = ObservedDispatcher(inner, log_bin(budgets.token_budget))
     return Summarizer(loaded, token_budget=budgets.token_budget, max_new_tokens=engine.max_new_tokens,
                       kv_capacity_rows=budgets.kv_rows, max_seqs_per_bin=budgets.max_seqs_per_bin,
                       max_context=engine.max_context, seed=engine.seed, dispatcher=dispatcher,
                       prefix_cache=engine.prefix_cache, prefix_cache_tokens=engine.prefix_cache_tokens,
-                      max_record_tokens=engine.max_record_tokens or None,
+                      max_record_tokens=engine.max_record_tokens or None, max_decode_seqs=budgets.max_decode_seqs,
                       over_cap=engine.over_cap,
                       sampling=default_sampling(engine.max_new_tokens, engine.temperature, engine.top_p))
 

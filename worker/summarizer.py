@@ -12,71 +12,46 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import queue
 import threading
 import time
 from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-import torch
-
 from worker.dispatch import Backpressure
 from worker.engine.engine import Engine
-from worker.engine.errors import ContextTooLong, EngineClosed
+from worker.engine.errors import EngineClosed
 from worker.engine.kv_arena import KVArena
 from worker.engine.prefix_reuse import BLOCK_SIZE as PREFIX_BLOCK_SIZE
 from worker.engine.prefix_reuse import PrefixReuse
 from worker.engine.runner import ModelRunner
 from worker.engine.sequence import SamplingParams, Sequence, SequenceStatus
+from worker.engine.sizing import arena_rows, default_kv_rows  # noqa: F401 - default_kv_rows: re-exported
 from worker.engine.stops import first_stop
-from worker.facts import extract_facts
 from worker.facts.agreement import check_narrative
-from worker.long_inputs import (RecordTooLong, body_for_pieces, plan_chunk_prompts, plan_merge,
-                                select_within_cap)
+from worker.in_order import results_in_order, summarize_all
+from worker.long_records import WAKE, LongRecords, MergeDue
 from worker.messages import Facts, Summary, TelemetryRecord, Timings
 from worker.preprocess import Prepared, Preprocessor, default_workers, tokenize_messages
 from worker.prompts import approx_tokens
 from worker.prompts.opening import answer_opening, with_opening
 from worker.prompts.sampling import default_sampling  # noqa: F401  (re-exported; owned by worker.prompts.sampling)
 
+log = logging.getLogger(__name__)
+
+
 # A closed summarizer's thread finishes its step; joining longer than this means it is stuck.
 _JOIN_POLL_S = 0.05
 # A body longer than this many contexts (estimated, 4 characters a token) is planned on a thread
 # of its own instead of the caller's.
 _PLAN_APART_CONTEXTS = 2
-# Pieces of one long record in the engine at once: enough to keep a bin busy beside other work,
-# few enough that a long record never fills the dispatcher's queue ahead of newer records.
-MAX_PIECES_IN_FLIGHT = 2
 OVER_CAP_POLICIES = ("select", "dead_letter")
-
-
-# Share of the GPU memory still free after the model loaded that the KV arena takes by default: the
-# rest is for prefill activations of a full bin and the decode graphs' buffers.
-GPU_KV_MEMORY_SHARE = 0.5
-
-
-def default_kv_rows(cfg, dtype: torch.dtype, device: torch.device, *, token_budget: int,
-                    max_seqs_per_bin: int, max_new_tokens: int, max_context: int) -> int:
-    """KV-tape rows when none are configured: two full bins (one decoding while the next is admitted)
-    and at least one full context; on a GPU at least `GPU_KV_MEMORY_SHARE` of the free memory, since
-    the more sequences decode together the cheaper each step is per token."""
-    rows = max(2 * (token_budget + max_seqs_per_bin * max_new_tokens), max_context)
-    if device.type == "cuda":
-        free_bytes, _ = torch.cuda.mem_get_info(device)
-        per_row = cfg.kv_bytes_per_row(torch.empty((), dtype=dtype).element_size())
-        rows = max(rows, int(GPU_KV_MEMORY_SHARE * free_bytes / per_row))
-    return rows
-
-
-def prefix_region_rows(kv_rows: int) -> int:
-    """Rows of the KV arena kept for the prefix cache: a sixteenth, up to 65,536 rows (the heads of
-    telesum's prompts are ~350-900 tokens per record kind), in whole blocks; 0 below 4 blocks."""
-    return _whole_blocks(min(kv_rows // 16, 65536))
-
-
-def _whole_blocks(rows: int) -> int:
-    rows = rows // PREFIX_BLOCK_SIZE * PREFIX_BLOCK_SIZE
-    return rows if rows >= 4 * PREFIX_BLOCK_SIZE else 0
+# The engine asks the dispatcher for a bin whenever it can admit one, and an ask holds until served,
+# so the window's latency cap only bounds a bin nobody asked for. At 0.05 s the window packed small
+# bins every 50 ms while the engine held another; each then waited its turn and cost a prefill step
+# of its own (see scheduler.DECODE_TIME_PER_PREFILL).
+BIN_LATENCY_CAP_S = 0.5
 
 
 @dataclass(eq=False)
@@ -108,7 +83,7 @@ class Summarizer:
                  max_context: int | None = None, max_record_tokens: int | None = None,
                  over_cap: str = "select", preprocess_workers: int | None = None,
                  max_pending_records: int = 4096, prefix_cache: bool = True,
-                 prefix_cache_tokens: int | None = None) -> None:
+                 prefix_cache_tokens: int | None = None, max_decode_seqs: int | None = None) -> None:
         """max_record_tokens / over_cap: the per-record work cap and what happens beyond it ('select'
         a stated part, or 'dead_letter' as RecordTooLong). preprocess_workers: processes preparing
         records (facts, prompt, tokens); None = a default for the device (see worker.preprocess).
@@ -116,7 +91,9 @@ class Summarizer:
         raises Backpressure. prefix_cache: keep the KV of prompt heads in a region at the end of the
         arena and reuse it; prefix_cache_tokens: that region's rows (None: `prefix_region_rows`),
         in whole blocks. The region never takes rows from the slabs: a defaulted arena grows by it, a
-        given one keeps at least one full context for slabs."""
+        given one keeps at least one full context for slabs. max_decode_seqs: sequences decoding at
+        once (the probe's measure); records beyond it wait, and a caller submitting faster meets
+        Backpressure."""
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer
         # The prompts ask for one paragraph; the stop string ends the model's habit of adding another,
@@ -135,24 +112,15 @@ class Summarizer:
             raise ValueError(f"max_new_tokens {max_new_tokens} leaves no room in a {self.max_context}-token context")
         param = next(loaded.model.parameters())
         self.device = param.device
-        sized_here = kv_capacity_rows is None
-        if sized_here:
-            kv_capacity_rows = default_kv_rows(cfg, param.dtype, self.device, token_budget=token_budget,
-                                               max_seqs_per_bin=max_seqs_per_bin, max_new_tokens=max_new_tokens,
-                                               max_context=self.max_context)
-        region = 0
-        if prefix_cache:
-            region = (prefix_region_rows(kv_capacity_rows) if prefix_cache_tokens is None
-                      else _whole_blocks(prefix_cache_tokens))
-        if sized_here:
-            kv_capacity_rows += region  # the prefix region comes on top of the slabs' rows
-        else:  # a given arena keeps at least one full context for slabs
-            region = _whole_blocks(min(region, kv_capacity_rows - self.max_context))
+        kv_capacity_rows, region = arena_rows(
+            cfg, param.dtype, self.device, kv_rows=kv_capacity_rows, token_budget=token_budget,
+            max_seqs_per_bin=max_seqs_per_bin, max_new_tokens=max_new_tokens, max_context=self.max_context,
+            prefix_cache=prefix_cache, prefix_cache_tokens=prefix_cache_tokens)
         if dispatcher is None:
             from worker.dispatch import BinDispatcher
 
             dispatcher = BinDispatcher(token_budget, max_seqs_per_bin=max_seqs_per_bin,
-                                       pad_id=self.tokenizer.pad_token_id or 0)
+                                       pad_id=self.tokenizer.pad_token_id or 0, latency_cap_s=BIN_LATENCY_CAP_S)
         self.dispatcher = dispatcher
         self.max_seqs_per_bin = max_seqs_per_bin
         self.arena = KVArena(cfg, kv_capacity_rows, dtype=param.dtype, device=self.device, reserved_tail_rows=region)
@@ -161,7 +129,7 @@ class Summarizer:
         self.engine = Engine(ModelRunner(loaded.model, self.arena.cache, self.device), self.dispatcher,
                              self.arena.slabs, eos_ids=tuple(cfg.eos_token_ids), max_context=self.max_context,
                              detokenize=self._decode if self.params.stop else None, seed=seed,
-                             prefix_reuse=self.prefix)
+                             prefix_reuse=self.prefix, max_decode_seqs=max_decode_seqs)
         self.preprocessor = Preprocessor(
             self.tokenizer, default_workers(self.device.type) if preprocess_workers is None else preprocess_workers)
         self.max_pending_records = max_pending_records
@@ -169,23 +137,44 @@ class Summarizer:
         self._num_pending = 0  # submitted records not yet handed to the engine (or failed)
         self._feeder: threading.Thread | None = None
         self._abandon = False  # set by close(): queued records fail instead of reaching the engine
-        self._lock = threading.Lock()  # protects _owners, _deferred, _planning, _results, _closing, _num_pending
+        self._lock = threading.Lock()  # protects _owners, _results, _closing, _num_pending, long_records' queues
         self._owners: dict[int, tuple[_Request, int]] = {}  # seq_id -> (request, piece index or -1)
-        self._deferred: collections.deque[_Request] = collections.deque()  # long records with todo pieces
-        self._planning: set[_Request] = set()  # long records whose pieces are being planned apart
         self._results: collections.deque[tuple[Hashable, Summary | Exception]] = collections.deque()
         self._closing = False
-        self._retry_lock = threading.RLock()  # one thread at a time submits deferred pieces
+        self.long_records = LongRecords(
+            lock=self._lock, tokenizer=self.tokenizer, tokenize=self.tokenize,
+            max_prompt_tokens=self.max_context - self.params.max_new_tokens,
+            max_record_tokens=self.max_record_tokens, over_cap=self.over_cap, add=self._add, push=self._push,
+            wake=self._prepared.put)
         self._thread: threading.Thread | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
-    def start(self) -> None:
-        """Start the dispatcher, the GPU-loop thread and the thread feeding prepared records to the engine."""
+    def start(self, first_step_timeout_s: float = 900.0) -> None:
+        """Start the dispatcher, the GPU-loop thread and the thread feeding prepared records to the
+        engine. Returns once a first prompt has been prefilled and decoded (compilation and the first
+        graph capture happen here, not on the first record), so a caller that reports readiness after
+        `start` reports it when a step can run."""
         self.dispatcher.start()
         self._thread = threading.Thread(target=self.engine.run, name="telesum-gpu-loop", daemon=True)
         self._thread.start()
+        self._run_first_step(first_step_timeout_s)
         self._feeder = threading.Thread(target=self._feed, name="telesum-feeder", daemon=True)
         self._feeder.start()
+
+    def _run_first_step(self, timeout_s: float) -> None:
+        started = time.perf_counter()
+        vocab = self.loaded.config.vocab_size
+        seq = self.engine.add([i % vocab for i in range(1, 17)], SamplingParams(max_new_tokens=2))
+        try:
+            done = self.engine.finished.get(timeout=timeout_s)
+        except queue.Empty:
+            raise RuntimeError(f"the engine ran no step within {timeout_s:.0f} s of starting") from None
+        if self.prefix is not None:
+            self.prefix.uncount_lookup(seq.prompt_len)
+        if done is not seq or done.error is not None:  # each record will report its own failure
+            log.warning("start-up: the engine's first step failed: %r", done.error)
+            return
+        log.info("start-up: first engine step (compilation, first graphs) in %.1f s", time.perf_counter() - started)
 
     def close(self, drain: bool = True, timeout: float | None = None) -> None:
         """Stop taking records. drain=True finishes everything submitted (results stay for `poll`);
@@ -209,10 +198,8 @@ class Summarizer:
                 self._thread.join(_JOIN_POLL_S)
         self._pump(0.0)
         with self._lock:  # hierarchical pieces or merges that never reached the engine
-            stranded = {id(r): r for r in [*self._deferred, *self._planning] if not r.failed}
-            self._deferred.clear()
-            self._planning.clear()
-        for req in stranded.values():
+            stranded = [r for r in self.long_records.strand_locked() if not r.failed]
+        for req in stranded:
             req.failed = True
             self._push(req.request_id, EngineClosed("the summarizer closed before this record finished"))
 
@@ -235,10 +222,7 @@ class Summarizer:
             # Surely beyond one context: plan its pieces on a thread of their own, so the caller (the
             # Kafka poll loop) and the preprocessing pool are not held for the tens of seconds a
             # multi-megabyte body takes to tokenise (measured: 39 s for 5 MB on 2 busy cores).
-            req = _Request(request_id, record, Facts(), time.perf_counter(), hierarchical=True)
-            with self._lock:
-                self._planning.add(req)
-            threading.Thread(target=self._plan_apart, args=(req,), name="telesum-long-plan", daemon=True).start()
+            self.long_records.plan_apart(_Request(request_id, record, Facts(), time.perf_counter(), hierarchical=True))
             return
         with self._lock:
             if self._num_pending >= self.max_pending_records:
@@ -254,29 +238,38 @@ class Summarizer:
         future.add_done_callback(lambda f: self._prepared.put((req, f)))
 
     def _feed(self) -> None:
-        """The feeder thread: prepared records into the engine, waiting for dispatcher room."""
+        """The feeder thread, the one thread that adds work to the engine: prepared records, long
+        records' pieces and the merges of their summaries, each waiting for dispatcher room."""
         stopping = False
         while True:
-            item = self._prepared.get()
+            try:  # wake now and then while pieces wait for room in the dispatcher
+                item = self._prepared.get(timeout=_JOIN_POLL_S if self.long_records.has_deferred else None)
+            except queue.Empty:
+                item = WAKE
             if item is None:
                 stopping = True
+            elif isinstance(item, MergeDue):
+                self.long_records.plan_merge(item.request)
+            elif item is not WAKE:
+                self._feed_record(*item)
+            if not self._abandon:  # else close() fails what still waits
+                self.long_records.submit_ready()
+            if stopping:
                 with self._lock:
                     if self._num_pending == 0:
                         return
-                continue
-            req, future = item
-            try:
-                prepared = future.result()
-                if self._abandon:
-                    raise EngineClosed("the summarizer closed before this record was queued")
-                self._admit(req, prepared)
-            except Exception as exc:  # noqa: BLE001 - this record's failure, reported through poll
-                req.failed = True
-                self._push(req.request_id, exc)
-            with self._lock:
-                self._num_pending -= 1
-                if stopping and self._num_pending == 0:
-                    return
+
+    def _feed_record(self, req: _Request, future) -> None:
+        try:
+            prepared = future.result()
+            if self._abandon:
+                raise EngineClosed("the summarizer closed before this record was queued")
+            self._admit(req, prepared)
+        except Exception as exc:  # noqa: BLE001 - this record's failure, reported through poll
+            req.failed = True
+            self._push(req.request_id, exc)
+        with self._lock:
+            self._num_pending -= 1
 
     def _admit(self, req: _Request, prepared: Prepared) -> None:
         """Hand one prepared record to the engine (its pieces, when longer than the context)."""
@@ -285,54 +278,12 @@ class Summarizer:
         if len(prompt) <= self.max_context - self.params.max_new_tokens:
             self._add_waiting(req, prompt, -1)
             return
-        self._plan_pieces(req)
-        self._defer(req)  # its pieces join the engine as the other long records' do
-
-    def _plan_pieces(self, req: _Request) -> None:
-        """The record's chunk prompts into req.todo (from a stated selection when over the work cap).
-        Raises RecordTooLong (over the cap, policy dead_letter) or ContextTooLong."""
-        record, limit = req.record, self.max_context - self.params.max_new_tokens
-        body = body_for_pieces(record)
-        lines = body.splitlines()  # one batch call counts every line: per-line calls cost ~100x more
-        counts = dict(zip(lines, map(len, self.tokenizer(lines, add_special_tokens=False)["input_ids"]))) \
-            if lines else {}
-
-        def count_tokens(text: str) -> int:
-            n = counts.get(text)
-            return n if n is not None else self._count_tokens(text)
-
-        if self.max_record_tokens is not None and sum(counts.values()) + len(lines) > self.max_record_tokens:
-            if self.over_cap == "dead_letter":
-                raise RecordTooLong(f"record {record.id!r}: its body is over the work cap of "
-                                    f"{self.max_record_tokens} tokens")
-            selected = select_within_cap(body, self.max_record_tokens, count_tokens)
-            body, req.selection = selected.text, selected.description
-        pieces = plan_chunk_prompts(record, tokenize=self.tokenize, count_tokens=count_tokens,
-                                    max_prompt_tokens=limit, body=body)
-        req.hierarchical = True
-        req.num_chunks = len(pieces)
-        req.pieces = [None] * len(pieces)
-        req.todo.extend((p, i) for i, p in enumerate(pieces))
-
-    def _plan_apart(self, req: _Request) -> None:
-        """The planning thread of one long record: facts, pieces, then its pieces join the engine."""
-        try:
-            req.facts = extract_facts(req.record)
-            self._plan_pieces(req)
-        except Exception as exc:  # noqa: BLE001 - this record's problem: it comes back as its result
-            req.failed = True
-            self._push(req.request_id, exc)
-        finally:
-            with self._lock:
-                self._planning.discard(req)
-        if not req.failed:
-            self._defer(req)
+        self.long_records.plan_pieces(req)
+        self.long_records.defer(req)  # its pieces join the engine as the other long records' do
 
     def threads_alive(self) -> bool:
         """True while the GPU loop or a long record's planning thread still runs. Thread-safe."""
-        with self._lock:
-            planning = bool(self._planning)
-        return planning or (self._thread is not None and self._thread.is_alive())
+        return self.long_records.is_planning() or (self._thread is not None and self._thread.is_alive())
 
     def _add_waiting(self, req: _Request, prompt, piece: int) -> None:
         """`_add`, waiting for dispatcher room while it is full (the feeder thread's backpressure)."""
@@ -352,84 +303,20 @@ class Summarizer:
             req.in_flight += 1
         req.prompt_tokens += len(prompt)
 
-    def _defer(self, req: _Request) -> None:
-        with self._lock:
-            if req not in self._deferred:
-                self._deferred.append(req)
-        self._retry_deferred()
-
-    def _retry_deferred(self) -> None:
-        """Submit long records' next pieces, round-robin, at most MAX_PIECES_IN_FLIGHT per record."""
-        with self._retry_lock:
-            self._retry_deferred_locked()
-
-    def _retry_deferred_locked(self) -> None:
-        with self._lock:
-            waiting = list(self._deferred)
-        for req in waiting:
-            while req.todo and not req.failed and req.in_flight < MAX_PIECES_IN_FLIGHT:
-                prompt, piece = req.todo[0]
-                try:
-                    self._add(req, prompt, piece)
-                except Backpressure:
-                    return
-                except Exception as exc:  # closed, or a prompt the engine refuses: the record fails
-                    req.failed = True
-                    self._push(req.request_id, exc)
-                    break
-                req.todo.popleft()
-            if req.failed or not req.todo:
-                with self._lock:
-                    self._deferred.remove(req)
-
     def _has_unsubmitted_work(self) -> bool:
         with self._lock:
-            return bool(self._deferred or self._planning) or self._num_pending > 0 or any(
+            return self.long_records.has_work_locked() or self._num_pending > 0 or any(
                 r.hierarchical and not r.failed and None in r.pieces for r, _ in self._owners.values())
 
     # -- offline helpers --------------------------------------------------------------------
     def summarize_all(self, records: Iterable[TelemetryRecord]) -> Iterator[Summary]:
-        """Summaries in input order; raises the exception of the first record that failed."""
-        for _, result in self.results_in_order(records):
-            if isinstance(result, Exception):
-                raise result
-            yield result
+        """Summaries in input order (see worker.in_order)."""
+        return summarize_all(self, records)
 
     def results_in_order(self, records: Iterable[TelemetryRecord], *, max_in_flight: int | None = None,
                          ) -> Iterator[tuple[TelemetryRecord, Summary | Exception]]:
-        """(record, Summary or the exception that stopped it) in input order. Request ids are
-        input indices, so do not mix with `submit` calls from elsewhere. max_in_flight: default
-        two full bins of sequences (so one decodes while the next is packed), at least 256."""
-        if max_in_flight is None:
-            max_in_flight = max(256, 2 * self.max_seqs_per_bin)
-        held: dict[int, TelemetryRecord] = {}
-        done: dict[int, Summary | Exception] = {}
-        next_out = 0
-        for index, record in enumerate(records):
-            held[index] = record
-            while True:
-                try:
-                    if len(held) - len(done) > max_in_flight:
-                        raise Backpressure("too many records in flight")
-                    self.submit(index, record)
-                    break
-                except Backpressure:
-                    done.update(self.poll(0.05))
-                except Exception as exc:  # bad prompt or record: reported in its place
-                    done[index] = exc
-                    break
-                while next_out in done:
-                    yield held.pop(next_out), done.pop(next_out)
-                    next_out += 1
-            done.update(self.poll(0.0))
-            while next_out in done:
-                yield held.pop(next_out), done.pop(next_out)
-                next_out += 1
-        while held:
-            done.update(self.poll(0.1))
-            while next_out in done:
-                yield held.pop(next_out), done.pop(next_out)
-                next_out += 1
+        """(record, result) in input order (see worker.in_order)."""
+        return results_in_order(self, records, max_in_flight=max_in_flight)
 
     # -- results ----------------------------------------------------------------------------
     def poll(self, timeout: float) -> list[tuple[Hashable, Summary | Exception]]:
@@ -445,7 +332,6 @@ class Summarizer:
 
     def _pump(self, timeout: float) -> None:
         """Move finished sequences into results (blocking up to `timeout` for the first one)."""
-        self._retry_deferred()
         try:
             seq = self.engine.finished.get(timeout=timeout) if timeout > 0 else self.engine.finished.get_nowait()
         except queue.Empty:
@@ -456,7 +342,6 @@ class Summarizer:
                 seq = self.engine.finished.get_nowait()
             except queue.Empty:
                 break
-        self._retry_deferred()
 
     def _on_finished(self, seq: Sequence) -> None:
         with self._lock:
@@ -484,22 +369,7 @@ class Summarizer:
         req.pieces[piece] = text.strip()
         if None in req.pieces:
             return
-        try:  # one merge when it fits; else the next level of the tree: merges of groups
-            prompts = plan_merge(req.record, req.facts, list(req.pieces), tokenize=self.tokenize,
-                                 max_prompt_tokens=self.max_context - self.params.max_new_tokens)
-        except ContextTooLong as exc:
-            req.failed = True
-            self._push(req.request_id, exc)
-            return
-        if len(prompts) == 1:  # the final sequence has piece -1
-            req.pieces = []
-            req.todo.append((prompts[0], -1))
-        else:
-            req.pieces = [None] * len(prompts)
-            req.todo.extend((p, i) for i, p in enumerate(prompts))
-        with self._lock:
-            if req not in self._deferred:
-                self._deferred.append(req)
+        self.long_records.piece_done(req)  # the feeder plans and adds the merge
 
     def _summary(self, req: _Request, continuation: str) -> Summary:
         # the prompt ended with the answer's opening (worker.prompts.opening): the summary is both

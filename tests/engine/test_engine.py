@@ -239,7 +239,7 @@ def test_engine_decode_batch_mixes_stop_sets_eos_and_lengths(tiny_model):
     assert engine.scheduler.decoding.seqs == [] and engine.scheduler.slabs.num_used_rows == 0
 
 
-def test_engine_bin_out_of_memory_is_retried_one_by_one_and_loses_nothing(tiny_model):
+def test_engine_bin_out_of_memory_is_split_in_halves_down_to_one_and_loses_nothing(tiny_model):
     engine = make_engine(tiny_model, token_budget=64)
     original = engine.runner.prefill_bin
     sizes = []
@@ -254,7 +254,7 @@ def test_engine_bin_out_of_memory_is_retried_one_by_one_and_loses_nothing(tiny_m
     prompts = random_prompts(4, 5, 12, seed=41)
     seqs = [engine.add(p, SamplingParams(max_new_tokens=5)) for p in prompts]
     run_until_done(engine, seqs)
-    assert max(sizes) > 1  # the bin held several sequences and failed
+    assert sizes == [4, 2, 1, 1, 2, 1, 1]  # halves of halves, each retried before later work
     assert [s.output for s in seqs] == [reference_greedy(tiny_model, p, 5) for p in prompts]
     assert all(s.error is None for s in seqs) and engine.scheduler.slabs.num_used_rows == 0
 
@@ -289,3 +289,40 @@ def test_engine_chunk_out_of_memory_halves_the_chunk_then_fails_only_that_sequen
     run_until_done(engine, [short])
     assert short.output == reference_greedy(tiny_model, [5, 6, 7], 3)
     assert engine.scheduler.slabs.num_used_rows == 0
+
+
+def test_engine_decode_out_of_memory_splits_the_step_and_loses_nothing(tiny_model):
+    engine = make_engine(tiny_model, token_budget=64)
+    original = engine.runner.decode
+    sizes = []
+
+    def decode(input_ids, *rest):
+        sizes.append(len(input_ids))
+        if len(input_ids) > 2:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB")
+        return original(input_ids, *rest)
+
+    engine.runner.decode = decode
+    prompts = random_prompts(5, 5, 12, seed=43)
+    seqs = [engine.add(p, SamplingParams(max_new_tokens=6)) for p in prompts]
+    run_until_done(engine, seqs)
+    assert max(sizes) == 5 and 2 in sizes  # the full step failed, then ran in passes of at most 2
+    assert [s.output for s in seqs] == [reference_greedy(tiny_model, p, 6) for p in prompts]
+    assert all(s.error is None for s in seqs) and engine.scheduler.slabs.num_used_rows == 0
+
+
+def test_engine_admits_no_more_sequences_to_decode_than_its_bound(tiny_model):
+    engine = make_engine(tiny_model, token_budget=16, max_decode_seqs=3)
+    original = engine.runner.decode
+    sizes = []
+
+    def decode(input_ids, *rest):
+        sizes.append(len(input_ids))
+        return original(input_ids, *rest)
+
+    engine.runner.decode = decode
+    prompts = random_prompts(8, 3, 6, seed=44)
+    seqs = [engine.add(p, SamplingParams(max_new_tokens=5)) for p in prompts]
+    run_until_done(engine, seqs)
+    assert max(sizes) <= 3 and len(sizes) > 5
+    assert [s.output for s in seqs] == [reference_greedy(tiny_model, p, 5) for p in prompts]

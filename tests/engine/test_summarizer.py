@@ -14,8 +14,9 @@ from worker.messages import Summary, TelemetryRecord
 from worker.model.attention import SdpaBackend
 from worker.model.config import ModelConfig
 from worker.model.llama import LlamaModel
+from worker.long_records import MAX_PIECES_IN_FLIGHT
 from worker.prompts import answer_opening, build_messages, with_opening
-from worker.summarizer import MAX_PIECES_IN_FLIGHT, Summarizer
+from worker.summarizer import Summarizer
 
 from tests.engine.conftest import FakeDispatcher
 from tests.engine.helpers import generate
@@ -280,7 +281,7 @@ def test_summarizer_long_record_pieces_interleave_with_later_records(loaded):
         order: list = []
         while "short" not in order:
             order += [rid for rid, _ in s.poll(1.0)]
-        (long_req,) = s._deferred
+        (long_req,) = s.long_records._deferred
         waiting = len(long_req.todo)
         while len(order) < 2:
             order += [rid for rid, _ in s.poll(1.0)]
@@ -324,8 +325,8 @@ def test_summarizer_far_beyond_context_plans_off_the_callers_thread(loaded):
     # The Kafka poll loop calls submit: a multi-context record must not be tokenised on its thread.
     s = _summarizer(loaded, token_budget=1024)  # the model's 4,096-token context: "fits" fits
     planned_on: list[str] = []
-    plan = s._plan_pieces
-    s._plan_pieces = lambda req: (planned_on.append(threading.current_thread().name), plan(req))[1]
+    plan = s.long_records.plan_pieces
+    s.long_records.plan_pieces = lambda req: (planned_on.append(threading.current_thread().name), plan(req))[1]
     try:
         s.submit("long", _record(12, body=_long_body(1000)))
         s.submit("fits", _record(13))
@@ -361,3 +362,28 @@ def test_summarizer_prefix_cache_region_follows_the_setting_and_never_takes_slab
     finally:
         for s in (sized, given, off):
             s.close()
+
+
+def test_summarizer_work_enters_the_engine_only_from_the_feeder_thread(loaded):
+    import threading
+
+    words = ["link", "down", "fan", "power", "sync", "lost", "radio", "fault", "cleared", "major", "minor"]
+    rng = random.Random(1)
+    body = "\n".join(" ".join(rng.choice(words) for _ in range(8)) for _ in range(60))
+    records = [_record(1), _record(2, body=body), _record(3)]
+    s = _summarizer(loaded, token_budget=512, max_context=1024)
+    adders: list[str] = []
+    original = s.engine.add
+
+    def add(prompt, params):
+        adders.append(threading.current_thread().name)
+        return original(prompt, params)
+
+    s.engine.add = add
+    try:
+        summaries = list(s.summarize_all(records))  # this thread submits and polls
+    finally:
+        s.close()
+    assert [x.id for x in summaries] == ["r1", "r2", "r3"] and summaries[1].hierarchical
+    assert len(adders) > len(records)  # pieces and the merge came in too
+    assert set(adders) == {"telesum-feeder"}

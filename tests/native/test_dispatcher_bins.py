@@ -131,3 +131,21 @@ def test_dispatcher_oldest_short_sequence_makes_next_bin_while_long_ones_keep_co
     d.close()
     rest = drain(d)
     assert sorted(s for b in rest for s in b["seq_ids"].tolist()) == list(range(1, 9))
+
+
+def test_dispatcher_zero_timeout_peek_gets_pending_packed_before_the_cap(make_dispatcher) -> None:
+    import time
+
+    d = make_dispatcher(1024, alignment=16, latency_cap_s=60.0)
+    assert d.next_bin(0.0) is None  # a peek between decode steps: nothing yet, but the GPU wants work
+    d.submit(0, np.arange(10, dtype=np.int32), 1)  # far from a full bin, an hour from the cap
+    deadline = time.monotonic() + WAIT_S
+    b = None
+    while b is None and time.monotonic() < deadline:
+        b = d.next_bin(0.0)
+        time.sleep(0.001)
+    assert isinstance(b, PackedBin) and b.seq_ids.tolist() == [0]
+    d.release(b.slot)
+    d.submit(1, np.arange(10, dtype=np.int32), 1)  # handed out: no ask pending, the window holds it
+    time.sleep(0.05)
+    assert d.stats()["bins"] == 1

@@ -15,6 +15,7 @@ from pathlib import Path
 from worker.commands.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SETTINGS
 from worker.commands.startup import StartupError, read_settings
 from worker.probe.search import TYPICAL_PROMPT_TOKENS
+from worker.settings.budgets import GPU_TOKEN_BUDGET
 from worker.settings.load import add_arguments as add_setting_arguments
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
         log.error("engine.model (--model, TELESUM_MODEL) %r: %s", engine.model, exc)
         return EXIT_SETTINGS
     device = next(loaded.model.parameters()).device
-    bin_tokens = engine.token_budget if loaded_settings.is_set("engine.token_budget") else None
+    # The bin the commands probe beside (runtime.probe_budgets), so this fills the entry they read.
+    bin_tokens = engine.token_budget if loaded_settings.is_set("engine.token_budget") else GPU_TOKEN_BUDGET
     try:
         b = probe_budgets(loaded, device, max_new_tokens=engine.max_new_tokens,
                           typical_prompt_tokens=args.typical_prompt_tokens, bin_tokens=bin_tokens,

@@ -14,13 +14,14 @@ import itertools
 import logging
 import queue
 import threading
+import time
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 
 from worker.dispatch import Backpressure, DispatcherClosed, SequenceTooLong
+from worker.engine.bins import BinWork, split_bin
 from worker.engine.errors import ContextTooLong, EngineClosed, OutOfMemory
 from worker.engine.kv_arena import SlabAllocator
 from worker.engine.prefix_reuse import PrefixReuse
@@ -28,6 +29,7 @@ from worker.engine.runner import ModelRunner
 from worker.engine.sampling import OutputTape, SamplingBatch
 from worker.engine.scheduler import Decode, Fail, Plan, PrefillBin, PrefillChunk, Scheduler
 from worker.engine.sequence import SamplingParams, Sequence
+from worker.engine.step_trace import StepTrace
 
 log = logging.getLogger(__name__)
 
@@ -38,19 +40,16 @@ IDLE_TIMEOUT_S = 0.02
 MAX_DECODE_OOM_RETRIES = 3
 
 
+def _plan_kind(plan: Plan) -> str:
+    return {PrefillBin: "prefill", PrefillChunk: "chunk", Decode: "decode"}.get(type(plan), "fail")
+
+
 def is_out_of_memory(exc: BaseException) -> bool:
     """The CUDA allocator's OutOfMemoryError, or an allocation failure that reached Python as a RuntimeError."""
     if isinstance(exc, torch.cuda.OutOfMemoryError):
         return True
     text = str(exc)
     return isinstance(exc, RuntimeError) and ("CUDA out of memory" in text or "CUBLAS_STATUS_ALLOC_FAILED" in text)
-
-
-@dataclass
-class _BinWork:
-    device_bin: Any      # the dispatcher's DeviceBin
-    max_seqlen_q: int    # longest span (with alignment pads)
-    max_seqlen_k: int    # longest real sequence
 
 
 @dataclass
@@ -77,8 +76,11 @@ class Engine:
 
     def __init__(self, runner: ModelRunner, dispatcher, slabs: SlabAllocator, *,
                  eos_ids: tuple[int, ...], max_context: int, chunk_tokens: int | None = None,
-                 detokenize=None, seed: int = 0, prefix_reuse: PrefixReuse | None = None) -> None:
-        """prefix_reuse: the shared-prefix cache (its region lies outside `slabs`); None = off."""
+                 detokenize=None, seed: int = 0, prefix_reuse: PrefixReuse | None = None,
+                 max_decode_seqs: int | None = None) -> None:
+        """prefix_reuse: the shared-prefix cache (its region lies outside `slabs`); None = off.
+        max_decode_seqs: sequences admitted to decode at once (the probe's measure); None = as the
+        KV arena allows."""
         self.runner = runner
         self.dispatcher = dispatcher
         self.prefix = prefix_reuse
@@ -86,7 +88,8 @@ class Engine:
             prefix_reuse.max_claim_tokens = dispatcher.token_budget  # the long lane makes nobody wait
         self.max_context = max_context
         self.scheduler = Scheduler(slabs, eos_ids=eos_ids, detokenize=detokenize,
-                                   chunk_tokens=chunk_tokens or dispatcher.token_budget)
+                                   chunk_tokens=chunk_tokens or dispatcher.token_budget,
+                                   max_decode_seqs=max_decode_seqs)
         self.generator = torch.Generator(device=runner.device).manual_seed(seed)
         self.outputs = OutputTape(slabs.capacity, runner.device)  # repetition-penalty histories
         self.finished: queue.SimpleQueue[Sequence] = queue.SimpleQueue()
@@ -102,6 +105,8 @@ class Engine:
         self._dispatcher_drained = False
         self._stop = threading.Event()
         self._decode_ooms = 0  # consecutive decode steps that ran out of memory
+        self._decode_pass_rows: int | None = None  # rows per decode pass after an out-of-memory split
+        self.trace: StepTrace | None = None  # per-step timestamps, when a benchmark asks for them
 
     # -- any thread -------------------------------------------------------------------------
     def add(self, prompt, params: SamplingParams) -> Sequence:
@@ -186,11 +191,20 @@ class Engine:
 
     def step(self) -> bool:
         """One step: take work, schedule, run, post-process. False once closed and drained."""
+        trace = self.trace
+        start = time.perf_counter() if trace is not None else 0.0
         self._take_work()
         plan = self.scheduler.schedule()
         if plan is None:
+            if trace is not None:
+                trace.add(start, time.perf_counter() - start, "idle", 0, 0.0)
             return not (self._dispatcher_drained and self._long_inbox.empty() and self.scheduler.is_idle)
+        taken = time.perf_counter()
         self._execute(plan)
+        ran = time.perf_counter() - taken
+        self.scheduler.observe_step(plan, ran)
+        if trace is not None:
+            trace.add(start, taken - start, _plan_kind(plan), len(getattr(plan, "seqs", ())) or 1, ran)
         return True
 
     def _take_work(self) -> None:
@@ -217,7 +231,7 @@ class Engine:
         # After a cached head, each sequence sees its head and its whole span (pads included).
         max_k = max(lens) if not any(s.prefix_len for s in seqs) else max(
             s.prefix_len + span for s, span in zip(seqs, spans))
-        work = _BinWork(None, max(spans), max_k)
+        work = BinWork(None, max(spans), max_k)
         work.device_bin = self.dispatcher.to_device(packed, self.runner.device)
         self.scheduler.add_bin(work, seqs)
 
@@ -280,17 +294,30 @@ class Engine:
     def _after_out_of_memory(self, plan: Plan, seqs: list[Sequence], exc: BaseException) -> None:
         """Nothing is lost to an out-of-memory error: the step's work is retried in smaller pieces
         (a bin one sequence at a time, a chunk at half its size); only a sequence that fails even
-        alone in the smallest chunk fails, with OutOfMemory. A decode step is retried as it is a few
-        times (memory freed by finishing prefills may let it run), then its sequences fail."""
+        alone in the smallest chunk fails, with OutOfMemory. A decode step is split: its rows run in
+        passes of half as many (from then on), down to one row, which is retried a few times (memory
+        freed by finishing sequences may let it run) before its sequences fail."""
         if self.runner.device.type == "cuda":
             torch.cuda.empty_cache()
         if isinstance(plan, Decode):
+            rows = min(self._decode_pass_rows or len(seqs), len(seqs))
+            if rows > 1:  # split: the same tokens in passes of half as many rows, and so on
+                self._decode_pass_rows = rows // 2
+                log.warning("decode step of %d sequences ran out of GPU memory; running it in passes of %d",
+                            len(seqs), self._decode_pass_rows)
+                return
             self._decode_ooms += 1
             if self._decode_ooms <= MAX_DECODE_OOM_RETRIES:
-                log.warning("decode step of %d sequences ran out of GPU memory; retrying (%d/%d)",
-                            len(seqs), self._decode_ooms, MAX_DECODE_OOM_RETRIES)
+                log.warning("decode step of %d sequences ran out of GPU memory one row at a time; retrying "
+                            "(%d/%d)", len(seqs), self._decode_ooms, MAX_DECODE_OOM_RETRIES)
                 return
             failed = list(seqs)
+        elif isinstance(plan, PrefillBin) and len(seqs) > 1:
+            parts = split_bin(plan.bin, seqs)
+            self.scheduler.requeue_split(plan, parts)
+            log.warning("a bin of %d sequences ran out of GPU memory; retrying it as bins of %d and %d",
+                        len(seqs), len(parts[0][1]), len(parts[1][1]))
+            return
         else:
             failed = self.scheduler.retry_smaller(plan)
             log.warning("%s of %d sequence(s) ran out of GPU memory; retrying in smaller pieces",
@@ -304,7 +331,7 @@ class Engine:
     def _run_model(self, plan: Plan, seqs: list[Sequence]) -> np.ndarray:
         """The step's forward pass and sampling -> int64 [B] tokens (empty for a non-final chunk)."""
         if isinstance(plan, PrefillBin):
-            work: _BinWork = plan.bin
+            work: BinWork = plan.bin
             logits = self.runner.prefill_bin(work.device_bin, [s.slab_start for s in seqs],
                                              work.max_seqlen_q, work.max_seqlen_k,
                                              [s.prefix_len for s in seqs])
@@ -318,9 +345,19 @@ class Engine:
         else:
             assert isinstance(plan, Decode)
             batch = self.scheduler.decoding  # the plan's sequences, as arrays
-            logits = self.runner.decode(batch.last_token, batch.position, batch.slab_start,
-                                        batch.head_start, batch.head_len)
-            rows = _SamplingRows(batch.temperature, batch.top_p, batch.penalty, batch.output_start, batch.out_len)
+            size = len(batch) if self._decode_pass_rows is None else self._decode_pass_rows
+            return np.concatenate([self._decode_pass(batch, slice(i, i + size)) for i in range(0, len(batch), size)])
+        return self._sample(logits, rows)
+
+    def _decode_pass(self, batch, part: slice) -> np.ndarray:
+        """Decode and sample rows `part` of the decode batch -> int64 tokens of those rows."""
+        logits = self.runner.decode(batch.last_token[part], batch.position[part], batch.slab_start[part],
+                                    batch.head_start[part], batch.head_len[part])
+        rows = _SamplingRows(batch.temperature[part], batch.top_p[part], batch.penalty[part],
+                             batch.output_start[part], batch.out_len[part])
+        return self._sample(logits, rows)
+
+    def _sample(self, logits: torch.Tensor, rows: _SamplingRows) -> np.ndarray:
         penalised = bool((rows.penalty != 1.0).any())
         history = self.outputs.histories(rows.output_start, rows.out_len) if penalised else None
         batch = SamplingBatch(rows.temperature.tolist(), rows.top_p.tolist(), logits.device,

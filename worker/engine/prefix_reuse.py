@@ -103,6 +103,12 @@ class PrefixReuse:
                     "evictions": c.num_evictions, "occupancy": c.occupancy,
                     "hit_token_share": c.num_hit_tokens / c.num_lookup_tokens if c.num_lookup_tokens else 0.0}
 
+    def uncount_lookup(self, num_tokens: int) -> None:
+        """Take one lookup of `num_tokens` (a start-up check, not a record's prompt) out of the counters."""
+        with self._lock:
+            self.cache.num_lookups -= 1
+            self.cache.num_lookup_tokens -= num_tokens
+
     # -- engine thread ----------------------------------------------------------------------
     def copy_in(self, seqs: list[Sequence]) -> None:
         """Copy each sequence's cached head into the first rows of its (just allocated) slab."""

@@ -62,15 +62,31 @@ Plan = PrefillBin | PrefillChunk | Decode | Fail
 
 # Out-of-memory retries halve a long input's chunk down to this many tokens before the sequence fails.
 MIN_OOM_CHUNK = 256
+# A prefill step has a fixed host cost whatever its bin holds (~35-40 ms for a bin of 1-4 prompts,
+# SmolLM2-135M shape on an H200, against 2-6 ms for a decode step of hundreds of sequences). Small
+# bins admitted as soon as they came starved decode: at 20 % load 355 prefill steps ran beside 200
+# decode steps in 15.7 s, so each token waited ~80 ms (bench/gpu_stream.py, 2026-12-01). While
+# sequences decode, a bin under half the token budget therefore waits until decode steps have run
+# this many times the last prefill's time, counting at most PREFILL_FIXED_COST_S of it (the part
+# that does not grow with the bin: a 7B model's prefill of 22 prompts took 270 ms, nearly all of it
+# GPU work that waiting does not save, and pacing on all of it held records for seconds at 80 %
+# load); meanwhile later arrivals pack into the next, fuller bin.
+DECODE_TIME_PER_PREFILL = 1.5
+PREFILL_FIXED_COST_S = 0.05
 
 
 class Scheduler:
     """Queues of waiting bins, long inputs and active sequences; owns slab admission. Engine thread only."""
 
     def __init__(self, slabs: SlabAllocator, *, eos_ids: tuple[int, ...], chunk_tokens: int,
-                 detokenize: Callable[[list[int]], str] | None = None) -> None:
+                 detokenize: Callable[[list[int]], str] | None = None, max_decode_seqs: int | None = None) -> None:
+        """max_decode_seqs: sequences admitted at once (decoding or being prefilled); a bin that would
+        go past it waits for sequences to finish (one that exceeds it alone runs when nothing else does)."""
         if chunk_tokens < 1:
             raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
+        if max_decode_seqs is not None and max_decode_seqs < 1:
+            raise ValueError(f"max_decode_seqs must be >= 1, got {max_decode_seqs}")
+        self.max_decode_seqs = max_decode_seqs
         self.slabs = slabs
         self.eos_ids = frozenset(eos_ids)
         self.eos_array = np.asarray(sorted(self.eos_ids), dtype=np.int64)
@@ -82,6 +98,8 @@ class Scheduler:
         self.prefilling: Sequence | None = None  # the long input being chunk-prefilled
         self.decoding = DecodeBatch()
         self._last_was_chunk = False
+        self._last_prefill_s = 0.0         # run time of the last bin's prefill step
+        self._decode_since_prefill_s = 0.0  # decode steps' run time since then
 
     # -- intake -----------------------------------------------------------------------------
     def add_bin(self, bin: Any, seqs: list[Sequence]) -> None:
@@ -124,10 +142,32 @@ class Scheduler:
         self._last_was_chunk = False
         return Decode(list(self.decoding.seqs)) if self.decoding else None
 
+    def observe_step(self, plan: Plan, seconds: float) -> None:
+        """How long a step took to run (the engine reports each one): paces small bins' prefills."""
+        if isinstance(plan, PrefillBin):
+            self._last_prefill_s, self._decode_since_prefill_s = seconds, 0.0
+        elif isinstance(plan, Decode):
+            self._decode_since_prefill_s += seconds
+
+    def _bin_may_wait(self, work: PrefillBin) -> bool:
+        """A small bin waits while decoding has had less than its share since the last prefill."""
+        if not self.decoding:
+            return False
+        new_tokens = sum(s.prompt_len - s.prefix_len for s in work.seqs)
+        return (2 * new_tokens < self.chunk_tokens
+                and self._decode_since_prefill_s
+                < DECODE_TIME_PER_PREFILL * min(self._last_prefill_s, PREFILL_FIXED_COST_S))
+
+    def _decode_has_room(self, num_seqs: int) -> bool:
+        active = len(self.decoding) + (self.prefilling is not None)
+        return self.max_decode_seqs is None or active == 0 or active + num_seqs <= self.max_decode_seqs
+
     def _admit_bin(self) -> Plan | None:
         if not self.waiting_bins:
             return None
         work = self.waiting_bins[0]
+        if self._bin_may_wait(work) or not self._decode_has_room(len(work.seqs)):
+            return None
         sizes = [s.slab_rows for s in work.seqs]
         starts = self.slabs.allocate_all(sizes)
         if starts is None:
@@ -151,7 +191,7 @@ class Scheduler:
         return work
 
     def _admit_long(self) -> Fail | None:
-        if self.prefilling is not None or not self.waiting_long:
+        if self.prefilling is not None or not self.waiting_long or not self._decode_has_room(1):
             return None
         seq = self.waiting_long[0]
         start = self.slabs.allocate(seq.slab_rows)
@@ -268,6 +308,14 @@ class Scheduler:
             self._last_was_chunk = False  # retry the chunk next
             return []
         return []
+
+    def requeue_split(self, plan: PrefillBin, parts: list[tuple[Any, list[Sequence]]]) -> None:
+        """After `plan` ran out of GPU memory: its slabs are given back and its parts (bins, each with
+        its sequences) go first in the queue, in order, to be admitted again."""
+        for seq in plan.seqs:
+            self._free(seq)
+            seq.status = SequenceStatus.WAITING
+        self.waiting_bins.extendleft(reversed([PrefillBin(work, seqs) for work, seqs in parts]))
 
     def fail(self, seqs: list[Sequence], error: BaseException) -> None:
         """Mark sequences failed and give back their slabs; they leave every queue."""

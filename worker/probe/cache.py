@@ -29,11 +29,16 @@ _INT_FIELDS = ("bin_tokens", "kv_rows", "max_seqs", "peak_bytes", "bin_limit", "
                "headroom_bytes", "seq_tokens")
 
 
-def default_cache_dir() -> Path:
+def cache_root() -> Path:
+    """telesum's cache folder: `$TELESUM_CACHE_DIR`, else `$XDG_CACHE_HOME/telesum`, else `~/.cache/telesum`."""
     if os.environ.get(CACHE_DIR_ENV):
-        return Path(os.environ[CACHE_DIR_ENV]) / "probe"
+        return Path(os.environ[CACHE_DIR_ENV])
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "telesum" / "probe"
+    return Path(base) / "telesum"
+
+
+def default_cache_dir() -> Path:
+    return cache_root() / "probe"
 
 
 def model_fingerprint(cfg) -> str:

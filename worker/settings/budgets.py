@@ -43,6 +43,7 @@ class Budgets:
     max_seqs_per_bin: int
     kv_rows: int | None            # None: the Summarizer sizes the arena (two full bins, >= one context)
     sources: dict[str, str]        # budget name -> "env TELESUM_TOKEN_BUDGET" | "probe" | "default for cuda" | ...
+    max_decode_seqs: int | None = None  # sequences decoding at once, as the probe measured; None: not probed
 
     def describe(self) -> str:
         """'token_budget=65536 (default for cuda), max_seqs_per_bin=1024 (...), kv_rows=auto (...)'."""
@@ -76,4 +77,5 @@ def resolve_budgets(loaded: "LoadedSettings", device_type: str, probed: Probed |
             values[name] = defaults[name]
             sources[name] = (f"default for {device_type}" if defaults[name] is not None
                              else "derived: two full bins, at least one context")
-    return Budgets(values["token_budget"], values["max_seqs_per_bin"], values["kv_rows"], sources)
+    return Budgets(values["token_budget"], values["max_seqs_per_bin"], values["kv_rows"], sources,
+                   getattr(probed, "max_decode_seqs", None))

@@ -38,3 +38,18 @@ CACHE = declare("TELESUM_CACHE", "scripts/kafka.sh", "where the local broker's j
 TEST_KAFKA_PORT = declare("TELESUM_TEST_KAFKA_PORT", "tests/conftest.py", "port of the tests' local broker (default 9092)")
 FAULTS_KAFKA_PORT = declare("TELESUM_FAULTS_KAFKA_PORT", "worker.benchmarks.faults",
                             "port of the broker `telesum bench faults` starts and restarts (default 19193)")
+
+# Read by `docker compose` (compose.yaml interpolates them on the host) and by the container scripts,
+# never by the worker; accepted so an operator's shell that exports them still starts `telesum`.
+for _name, _help in (
+        ("TELESUM_KAFKA_IMAGE", "compose: the Kafka image (default apache/kafka; telesum/kafka is built locally)"),
+        ("TELESUM_PROMETHEUS_IMAGE", "compose: the Prometheus image of the monitoring profile"),
+        ("TELESUM_WORKER_BASE_IMAGE", "compose: the worker image's base (build argument BASE_IMAGE)"),
+        ("TELESUM_PULL_POLICY", "compose: pull_policy of the images (never where no registry answers)"),
+        ("TELESUM_KAFKA_PORT", "compose: the broker port published on 127.0.0.1"),
+        ("TELESUM_WORKER_PORT", "compose: the worker's HTTP port published on 127.0.0.1"),
+        ("TELESUM_PROMETHEUS_PORT", "compose: Prometheus's port published on 127.0.0.1"),
+        ("TELESUM_GRAFANA_PORT", "compose: Grafana's port published on 127.0.0.1"),
+        ("TELESUM_BASE_IMAGE", "scripts/docker_start.sh: the name of the locally built Debian base image"),
+        ("TELESUM_TEST_KAFKA_IMAGE", "tests/conftest.py: the Kafka image testcontainers starts (default telesum/kafka)")):
+    declare(_name, "compose.yaml / scripts/docker_*.sh", _help)

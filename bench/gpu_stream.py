@@ -1,0 +1,364 @@
+"""Streaming latency on one GPU: records arriving as a Poisson stream at fractions of the capacity.
+
+    python bench/gpu_stream.py --out DIR --tokenizer TOKENIZER_DIR [--shapes smollm2,qwen7b]
+        [--loads 0.05,0.2,0.5,0.8,0.95] [--seconds 20] [--unbounded-s 60] [--cold-start]
+    python bench/gpu_stream.py --out DIR --chart-from DIR/gpu_stream.json   # the chart alone, no GPU
+    python bench/gpu_stream.py --out DIR --cpu                              # tiny model, correctness only
+
+Measured the way vLLM's serving benchmark does (a request-rate sweep): per shape, the batch
+capacity first (every record queued at once), then for each load a Poisson stream at that fraction
+of it. The Summarizer is built exactly as `telesum worker` builds it (settings -> probed budgets,
+prefix reuse on); at most `2 x max_seqs_per_bin` records are inside it at once, as the worker's
+`max_in_flight` keeps them, so time spent waiting outside counts. Latency = scheduled arrival ->
+Summary. `telesum produce --profile short` records, random bf16 weights of the model's shape, the
+real SmolLM2 tokenizer, 64 new tokens, the production sampling with the stop string off (every
+summary runs to 64 tokens). Each run also records where the GPU loop's time went (StepTrace).
+`--unbounded-s`: a caller that submits at 2x capacity without the in-flight bound, retrying on
+Backpressure (a library user of `Summarizer.submit`); it counts failed records.
+`--cold-start`: process start -> first summary of `telesum summarize` (SmolLM2 shape saved as a
+model folder), with empty caches and again with the caches the first run left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+LOADS = (0.05, 0.2, 0.5, 0.8, 0.95)
+CAPACITY_RECORDS = {"smollm2": 4000, "qwen7b": 500, "tiny": 24}
+
+
+def stream_params(new_tokens: int):
+    from worker.summarizer import default_sampling
+
+    return dataclasses.replace(default_sampling(new_tokens), stop=())
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
+
+
+def capacity_run(summarizer, records) -> dict:
+    """Every record queued at once (the offline iteration): records/s."""
+    t0 = time.perf_counter()
+    failed = sum(isinstance(r, Exception) for _, r in summarizer.results_in_order(records))
+    dt = time.perf_counter() - t0
+    return {"records": len(records), "failed": failed, "seconds": dt, "records_per_s": len(records) / dt}
+
+
+class _Collector(threading.Thread):
+    """Polls the summarizer and stamps each answer with its arrival time on this clock."""
+
+    def __init__(self, summarizer) -> None:
+        super().__init__(name="bench-poll", daemon=True)
+        self.summarizer = summarizer
+        self.answers: dict[int, tuple[float, object]] = {}
+        self.cv = threading.Condition()
+        self.stop = False
+
+    def run(self) -> None:
+        while not self.stop:
+            got = self.summarizer.poll(0.02)
+            if got:
+                now = time.perf_counter()
+                with self.cv:
+                    for rid, result in got:
+                        self.answers[rid] = (now, result)
+                    self.cv.notify_all()
+
+
+def stream_run(summarizer, records, *, rate: float, seconds: float, in_flight_bound: int | None,
+               seed: int = 0, drain_timeout_s: float = 300.0) -> dict:
+    """A Poisson stream at `rate` records/s for `seconds`; latency from each scheduled arrival."""
+    from worker.dispatch import Backpressure
+
+    rng = np.random.default_rng(seed)
+    n = max(10, int(rate * seconds))
+    arrivals = np.cumsum(rng.exponential(1.0 / rate, n))
+    collector = _Collector(summarizer)
+    collector.start()
+    engine = summarizer.engine
+    if engine.trace is not None:
+        engine.trace.clear()
+    backpressured = 0
+    t0 = time.perf_counter()
+    for i in range(n):
+        if in_flight_bound is None and time.perf_counter() - t0 > seconds:
+            n = i  # an unbounded caller held back by backpressure: the stream ends on time
+            break
+        due = t0 + arrivals[i]
+        delay = due - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        if in_flight_bound is not None:
+            with collector.cv:
+                collector.cv.wait_for(lambda: i - len(collector.answers) < in_flight_bound)
+        while True:
+            try:
+                summarizer.submit(i, records[i % len(records)])
+                break
+            except Backpressure:
+                backpressured += 1
+                time.sleep(0.002)
+    submitted_s = time.perf_counter() - t0
+    with collector.cv:
+        collector.cv.wait_for(lambda: len(collector.answers) >= n, timeout=drain_timeout_s)
+    collector.stop = True
+    collector.join()
+    latencies, phases, failed, reasons = [], {"queued_s": [], "prefill_s": [], "decode_s": []}, 0, {}
+    for rid, (t, result) in collector.answers.items():
+        if isinstance(result, Exception):
+            failed += 1
+            reasons[type(result).__name__] = reasons.get(type(result).__name__, 0) + 1
+            continue
+        latencies.append(t - (t0 + arrivals[rid]))
+        for name in phases:
+            phases[name].append(getattr(result.timings, name))
+    out = {"offered_rate": rate, "records": n, "answered": len(collector.answers), "failed": failed,
+           "failure_types": reasons, "submit_seconds": submitted_s,
+           "achieved_rate": n / submitted_s, "backpressure_retries": backpressured,
+           "p50_s": percentile(latencies, 0.5), "p90_s": percentile(latencies, 0.9),
+           "p99_s": percentile(latencies, 0.99), "mean_s": statistics.fmean(latencies) if latencies else None,
+           **{f"median_{k}": statistics.median(v) if v else None for k, v in phases.items()}}
+    if engine.trace is not None:
+        out["steps"] = engine.trace.summary(since_s=t0)
+    return out
+
+
+def build_cpu_loaded(new_tokens: int):
+    from worker.runtime import load_model
+    from worker.settings.load import from_values
+
+    return load_model(from_values({"engine.model": "tiny", "engine.device": "cpu",
+                                   "engine.max_new_tokens": new_tokens}).settings.engine)
+
+
+def shape_sweep(shape: str, loaded, records, *, loads, seconds: float, new_tokens: int,
+                unbounded_s: float, log, switch_interval_loads=(), unbounded=True, eager_loads=(),
+                into: dict | None = None) -> dict:
+    from gpu_job import worker_summarizer
+    from worker.engine.step_trace import StepTrace
+
+    summarizer = worker_summarizer(loaded, stream_params(new_tokens), new_tokens)
+    summarizer.engine.trace = StepTrace()
+    summarizer.start()
+    res = into if into is not None else {}  # filled as it goes: a run cut short keeps what it measured
+    res.update({"budgets": getattr(summarizer, "worker_budgets", None),
+                "max_seqs_per_bin": summarizer.max_seqs_per_bin})
+    warm = records[: min(300, len(records))]
+    list(summarizer.results_in_order(warm))  # compile, capture graphs, start the preprocessing pool
+    n_cap = CAPACITY_RECORDS.get(shape, 1000)
+    cap_records = (records * (1 + n_cap // len(records)))[:n_cap]
+    res["capacity"] = capacity_run(summarizer, cap_records)
+    capacity = res["capacity"]["records_per_s"]
+    log(shape, "capacity", res["capacity"])
+    bound = 2 * summarizer.max_seqs_per_bin
+    for load in loads:
+        r = stream_run(summarizer, records, rate=load * capacity, seconds=seconds, in_flight_bound=bound)
+        r["load"] = load
+        res[f"load_{load:g}"] = r
+        log(shape, f"load {load:g}", r)
+    default_switch = sys.getswitchinterval()
+    for load in switch_interval_loads:  # the same load with the GIL handed over 10x more often
+        sys.setswitchinterval(default_switch / 10)
+        try:
+            r = stream_run(summarizer, records, rate=load * capacity, seconds=seconds, in_flight_bound=bound)
+        finally:
+            sys.setswitchinterval(default_switch)
+        r["load"] = load
+        res[f"switch_interval_tenth_{load:g}"] = r
+        log(shape, f"load {load:g}, switch interval / 10", r)
+    for load in eager_loads:  # the same load with the elementwise ops eager (no compiled-call wrappers)
+        from worker.model.fused import set_compile_enabled
+
+        set_compile_enabled(False)
+        try:
+            r = stream_run(summarizer, records, rate=load * capacity, seconds=seconds, in_flight_bound=bound)
+        finally:
+            set_compile_enabled(True)
+        r["load"] = load
+        res[f"eager_elementwise_{load:g}"] = r
+        log(shape, f"load {load:g}, eager elementwise ops", r)
+    if unbounded_s > 0 and unbounded:
+        r = stream_run(summarizer, records, rate=2 * capacity, seconds=unbounded_s, in_flight_bound=None)
+        res["unbounded_2x"] = r
+        log(shape, "unbounded 2x", r)
+    summarizer.close(drain=False)
+    del summarizer
+    gc.collect()
+    return res
+
+
+def cold_start(out: Path, tokenizer_dir: Path, log) -> dict:
+    """`telesum summarize` as a process on a SmolLM2-shaped model folder: start -> first summary,
+    with empty caches (cold) and then with what the cold run left (warm)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from gpu_job import SHAPES, records_for
+    from worker.messages import TelemetryRecord  # noqa: F401 - records serialise through msgspec
+    import msgspec
+
+    work = Path("/tmp/telesum-cold")
+    model_dir = work / "smollm2-shape"
+    if not (model_dir / "config.json").exists():
+        fields = {k: v for k, v in SHAPES["smollm2"][1].items() if k != "model_type"}
+        with torch.device("cuda"):
+            model = LlamaForCausalLM(LlamaConfig(**fields)).to(torch.bfloat16)
+        model.save_pretrained(model_dir)
+        del model
+        torch.cuda.empty_cache()
+    data = work / "records.jsonl"
+    data.write_bytes(b"".join(msgspec.json.encode(r) + b"\n" for r in records_for("short", 600)))
+    cache = work / "cache"
+    subprocess.run(["rm", "-rf", str(cache)], check=True)
+    res = {}
+    for name in ("cold", "warm"):
+        output = work / f"out_{name}.jsonl"
+        output.unlink(missing_ok=True)
+        env = {**os.environ, "XDG_CACHE_HOME": str(cache), "PYTHONUNBUFFERED": "1"}
+        cmd = [sys.executable, "-m", "worker.cli", "summarize", str(data), "-o", str(output), "--model",
+               str(model_dir), "--tokenizer", str(Path(tokenizer_dir).resolve()), "--max-new-tokens", "64",
+               "--no-progress"]
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                cwd=work)  # the installed package, not a source tree without its native module
+        first = None
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+        reader.start()
+        while proc.poll() is None:
+            if time.perf_counter() - t0 > 200:  # a start that hangs is a result too; the sweep still runs
+                proc.kill()
+            if first is None and output.exists() and output.stat().st_size > 0:
+                first = time.perf_counter() - t0
+            time.sleep(0.05)
+        total = time.perf_counter() - t0
+        reader.join(5)
+        if first is None and output.exists() and output.stat().st_size > 0:
+            first = total
+        (out / f"cold_start_{name}.log").write_text("".join(lines))
+        res[name] = {"first_summary_s": first, "process_s": total, "returncode": proc.returncode,
+                     "summaries": sum(1 for _ in output.open()) if output.exists() else 0,
+                     "startup_log": [ln.strip() for ln in lines if "start-up" in ln or "probe" in ln][:20]}
+        log("cold start", name, res[name])
+    return res
+
+
+def chart(res: dict, path: Path, baseline: dict | None = None) -> None:
+    """p50 and p99 latency against offered load, one panel per shape; a baseline run's p50/p99 dotted."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shapes = [k for k, v in res.items() if isinstance(v, dict) and "capacity" in v]
+    fig, axes = plt.subplots(1, len(shapes), figsize=(6 * len(shapes), 4.5), squeeze=False)
+    for ax, shape in zip(axes[0], shapes):
+        runs = sorted((v for k, v in res[shape].items() if k.startswith("load_")), key=lambda v: v["load"])
+        loads = [100 * v["load"] for v in runs]
+        for q, style in (("p50_s", "o-"), ("p90_s", "s--"), ("p99_s", "^-")):
+            ax.plot(loads, [v[q] for v in runs], style, label=q.removesuffix("_s"))
+        if baseline is not None and isinstance(baseline.get(shape), dict):
+            base = sorted((v for k, v in baseline[shape].items() if k.startswith("load_")), key=lambda v: v["load"])
+            for q, color in (("p50_s", "C0"), ("p99_s", "C2")):
+                ax.plot([100 * v["load"] for v in base], [v[q] for v in base], ":", color=color, alpha=0.6,
+                        label=f"{q.removesuffix('_s')} before ({baseline.get('date', '')})")
+        ax.set_xlabel("offered load (% of the measured batch capacity)")
+        ax.set_ylabel("latency, arrival -> summary (s)")
+        cap = res[shape]["capacity"]["records_per_s"]
+        ax.set_title(f"{shape}: capacity {cap:.0f} records/s")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(f"telesum streaming latency: {res.get('device')}, {res.get('date')}, {res.get('new_tokens')} new tokens")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--tokenizer", type=Path, help="the SmolLM2 tokenizer saved as a folder (GPU runs)")
+    ap.add_argument("--chart-from", type=Path)
+    ap.add_argument("--baseline", type=Path, help="with --chart-from: an earlier run drawn dotted")
+    ap.add_argument("--shapes", default="smollm2,qwen7b")
+    ap.add_argument("--loads", default=",".join(map(str, LOADS)))
+    ap.add_argument("--seconds", type=float, default=20.0, help="length of each load's stream")
+    ap.add_argument("--unbounded-s", type=float, default=0.0, help="2x capacity without the bound, for this long")
+    ap.add_argument("--unbounded-shapes", default="smollm2", help="shapes that run the unbounded caller")
+    ap.add_argument("--cold-start", action="store_true")
+    ap.add_argument("--eager-check-loads", default="", help="loads run again with the elementwise ops eager")
+    ap.add_argument("--gil-check-loads", default="", help="loads run again with sys.setswitchinterval / 10")
+    ap.add_argument("--cpu", action="store_true", help="tiny random model on CPU: correctness only")
+    ap.add_argument("--new-tokens", type=int, default=None)
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.chart_from:
+        base = json.loads(args.baseline.read_text()) if args.baseline else None
+        chart(json.loads(args.chart_from.read_text()), args.out / "gpu_stream.png", base)
+        return {}
+    from gpu_job import build_loaded, records_for
+
+    import torch
+
+    new_tokens = args.new_tokens or (8 if args.cpu else 64)
+    res: dict = {"device": "cpu" if args.cpu else torch.cuda.get_device_name(), "torch": torch.__version__,
+                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "new_tokens": new_tokens,
+                 "command": "python bench/gpu_stream.py " + " ".join(sys.argv[1:] if argv is None else argv)}
+    out_json = args.out / ("cpu_stream.json" if args.cpu else "gpu_stream.json")
+
+    def log(*parts) -> None:
+        print(*(json.dumps(p) if isinstance(p, dict) else p for p in parts), flush=True)
+        out_json.write_text(json.dumps(res, indent=2))
+
+    loads = [float(x) for x in args.loads.split(",") if x]
+    if args.cpu:
+        loaded = build_cpu_loaded(new_tokens)
+        records = records_for("short", 16)
+        res["tiny"] = shape_sweep("tiny", loaded, records, loads=loads, seconds=args.seconds,
+                                  new_tokens=new_tokens, unbounded_s=args.unbounded_s, log=log)
+    else:
+        from worker.model.tokenizer import load_tokenizer
+
+        if args.cold_start:  # first, while nothing of this process holds the GPU
+            res["cold_start"] = cold_start(args.out, args.tokenizer, log)
+        tokenizer = load_tokenizer(args.tokenizer)
+        records = records_for("short", 2000)
+        for shape in args.shapes.split(","):
+            loaded = build_loaded(shape, tokenizer)
+            try:
+                res[shape] = {}
+                shape_sweep(shape, loaded, records, into=res[shape], loads=loads, seconds=args.seconds,
+                                         new_tokens=new_tokens, unbounded_s=args.unbounded_s, log=log,
+                                         switch_interval_loads=[float(x) for x in args.gil_check_loads.split(",") if x],
+                                         unbounded=shape in args.unbounded_shapes.split(","),
+                                         eager_loads=[float(x) for x in args.eager_check_loads.split(",") if x])
+            except Exception as exc:  # report, do not hide: the other shape still runs
+                res[shape] = {"error": repr(exc)[:500]}
+                log(shape, "error", res[shape])
+            del loaded
+            gc.collect()
+            torch.cuda.empty_cache()
+        chart(res, args.out / "gpu_stream.png")
+    log("done")
+    return res
+
+
+if __name__ == "__main__":
+    main()

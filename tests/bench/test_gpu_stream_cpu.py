@@ -1,0 +1,30 @@
+"""bench/gpu_stream.py in its CPU form (tiny random model): the sweep's bookkeeping, not its speed."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _load_bench():
+    sys.path.insert(0, str(BENCH))
+    spec = importlib.util.spec_from_file_location("gpu_stream", BENCH / "gpu_stream.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_stream_cpu_form_answers_every_record_and_reports_phases(tmp_path):
+    bench = _load_bench()
+    res = bench.main(["--out", str(tmp_path), "--cpu", "--loads", "0.5", "--seconds", "2",
+                      "--unbounded-s", "2"])
+    tiny = res["tiny"]
+    assert tiny["capacity"]["failed"] == 0 and tiny["capacity"]["records_per_s"] > 0
+    for run in (tiny["load_0.5"], tiny["unbounded_2x"]):
+        assert run["answered"] == run["records"] >= 10 and run["failed"] == 0
+        assert 0 < run["p50_s"] <= run["p90_s"] <= run["p99_s"]
+        assert run["median_decode_s"] is not None and run["median_queued_s"] >= 0
+        steps = run["steps"]
+        assert steps["decode"]["steps"] > 0 and steps["prefill"]["steps"] > 0
+    assert (tmp_path / "cpu_stream.json").exists()
