@@ -29,7 +29,9 @@ from worker.kafka.clients import Consumer, Producer
 from worker.kafka.offsets import OffsetTracker
 from worker.kafka.publish import (AckPublisher, Answers, Request, RequestId, TransactionalPublisher,
                                   ProducerFenced)
-from worker.kafka.records import Output, Source, decode_message
+from worker.inputs import FORMAT_ATTRIBUTE, Message, decoder_for
+from worker.inputs.json_log import parse_field_map
+from worker.kafka.records import Output, Source
 from worker.kafka.settings import WorkerSettings
 from worker.messages import InvalidRecord, ReasonCode, Summary, TelemetryRecord, failure_reason
 
@@ -90,6 +92,8 @@ class KafkaWorker:
         self.consumer = consumer or Consumer(settings)
         self.producer = producer or Producer(settings)
         self.tracker = OffsetTracker()
+        self.input_format = settings.input_format
+        self.inputs = decoder_for(settings.input_format, parse_field_map(settings.json_log_fields))
         self.stats = WorkerStats()
         self.answers = Answers(settings.output_topic, settings.dlq_topic, model_name, settings.max_request_size)
         self.publisher = AckPublisher(self.producer, self.answers)
@@ -202,18 +206,24 @@ class KafkaWorker:
             self._backlog = deque(p for p in self._backlog if p.rid.tp != tp)
             if self.transactions is not None:
                 self.transactions.drop({tp})
-        epoch = self.tracker.track(tp, msg.offset)
-        self.stats.consumed += 1
-        rid = RequestId(tp, msg.offset, epoch)
-        source = Source(msg.topic, msg.partition, msg.offset, msg.key)
         raw = msg.value or b""
-        try:
-            record = decode_message(msg.value, msg.headers)
-        except InvalidRecord as exc:
-            self._answer(*self.answers.dead_letter(Request(rid, source, raw, None, "dead_letter", exc.reason),
-                                                   exc.message))
-            return
-        self._backlog.append(_Pending(rid, source, raw, record))
+        items = self.inputs(Message(raw, tuple(msg.headers or ()), msg.topic, msg.partition, msg.offset,
+                                    getattr(msg, "timestamp", None)))
+        epoch = self.tracker.track(tp, msg.offset, parts=len(items))
+        self.stats.consumed += 1
+        batch = len(items) > 1
+        for index, item in enumerate(items):
+            rid = RequestId(tp, msg.offset, epoch, index)
+            if isinstance(item, InvalidRecord):
+                fmt = None if self.input_format == "auto" else self.input_format
+                source = Source(msg.topic, msg.partition, msg.offset, msg.key, index if batch else None, fmt)
+                why = f"item {index} of {len(items)}: {item.message}" if batch else item.message
+                self._answer(*self.answers.dead_letter(Request(rid, source, raw, None, "dead_letter", item.reason),
+                                                       why))
+                continue
+            source = Source(msg.topic, msg.partition, msg.offset, msg.key, index if batch else None,
+                            item.attributes.get(FORMAT_ATTRIBUTE))
+            self._backlog.append(_Pending(rid, source, raw, item))
 
     def _submit_backlog(self) -> None:
         while self._backlog and len(self._in_summarizer) < self.max_in_flight:

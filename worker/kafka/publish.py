@@ -41,11 +41,13 @@ _FRAMING_BYTES = 1024
 
 @dataclass(frozen=True)
 class RequestId:
-    """Names one polled record within one assignment epoch of its partition."""
+    """Names one answer: a polled record within one assignment epoch of its partition, and which
+    of its parts (a batch message is answered per item; a log window by its last offset)."""
 
     tp: TopicPartition
     offset: int
     epoch: int
+    index: int = 0
 
 
 @dataclass(frozen=True)

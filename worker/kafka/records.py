@@ -11,6 +11,8 @@ from worker.messages import DeadLetter, Summary, TelemetryRecord, decode_record,
 CONTENT_TYPE = "content-type"
 H_TOPIC, H_PARTITION, H_OFFSET = "telesum-source-topic", "telesum-source-partition", "telesum-source-offset"
 H_MODEL, H_REASON = "telesum-model", "telesum-reason"
+# A batch item's place in its message, and the input format the message was read as.
+H_INDEX, H_FORMAT = "telesum-source-index", "telesum-input-format"
 JSON = b"application/json"
 # What a compact dead letter keeps of the original bytes when the full one is too large to publish.
 COMPACT_ORIGINAL_BYTES = 1024
@@ -24,6 +26,8 @@ class Source:
     partition: int
     offset: int
     key: bytes | None
+    index: int | None = None         # the item of a batch message this answers
+    input_format: str | None = None  # what the input layer read the message as
 
     @property
     def key_text(self) -> str | None:
@@ -55,8 +59,13 @@ def decode_message(value: bytes | None, headers) -> TelemetryRecord:
 
 
 def _provenance(source: Source, model: str) -> list[tuple[str, bytes]]:
-    return [(H_TOPIC, source.topic.encode()), (H_PARTITION, str(source.partition).encode()),
-            (H_OFFSET, str(source.offset).encode()), (H_MODEL, model.encode())]
+    headers = [(H_TOPIC, source.topic.encode()), (H_PARTITION, str(source.partition).encode()),
+               (H_OFFSET, str(source.offset).encode()), (H_MODEL, model.encode())]
+    if source.index is not None:
+        headers.append((H_INDEX, str(source.index).encode()))
+    if source.input_format is not None:
+        headers.append((H_FORMAT, source.input_format.encode()))
+    return headers
 
 
 def summary_output(topic: str, source: Source, summary: Summary) -> Output:

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from worker.inputs.json_log import parse_field_map
 from worker.settings.fields import MaskedRepr, SettingsError, opt
 
 __all__ = ["SettingsError", "WorkerSettings"]
@@ -78,6 +79,18 @@ class WorkerSettings(MaskedRepr, msgspec.Struct, frozen=True, kw_only=True, forb
     transaction_timeout_ms: Annotated[int, opt("TELESUM_TRANSACTION_TIMEOUT_MS",
                                                "exactly-once: the broker aborts a transaction open longer than this",
                                                **Positive)] = 60000
+    # Input formats (worker/inputs, docs/inputs.md)
+    input_format: Annotated[Literal["auto", "envelope", "ves", "syslog", "json-log", "otlp"], opt(
+        "TELESUM_INPUT_FORMAT", "what the input topic holds: 'auto' decides per message (docs/inputs.md)")] = "auto"
+    json_log_fields: Annotated[str, opt(
+        "TELESUM_JSON_LOG_FIELDS", "json-log field map over the defaults, e.g. 'message=msg|text,host=node' "
+                                   "(roles: message host app pid timestamp severity facility)")] = ""
+    window_s: Annotated[float, opt("TELESUM_WINDOW_S", "log lines: close a host's window this long after its "
+                                                       "first line (0: one summary per message)", ge=0)] = 5.0
+    window_max_lines: Annotated[int, opt("TELESUM_WINDOW_MAX_LINES", "log lines: close a window at this many lines",
+                                         **Positive)] = 500
+    window_max_bytes: Annotated[int, opt("TELESUM_WINDOW_MAX_BYTES", "log lines: close a window at this many bytes",
+                                         **Positive)] = 64 * 1024
     # Scale-out
     gpus: Annotated[str | None, opt("TELESUM_GPUS",
                                     "one worker process per GPU under a supervisor: 'all', a count N, a list of "
@@ -97,6 +110,10 @@ class WorkerSettings(MaskedRepr, msgspec.Struct, frozen=True, kw_only=True, forb
         if self.sasl_mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512") and (
                 self.sasl_plain_username is None or self.sasl_plain_password is None):
             raise SettingsError(f"SASL {self.sasl_mechanism} needs a username and a password")
+        try:
+            parse_field_map(self.json_log_fields)
+        except ValueError as exc:
+            raise SettingsError(f"kafka.json_log_fields (--json-log-fields, TELESUM_JSON_LOG_FIELDS): {exc}") from None
 
     @property
     def security_config(self) -> dict[str, Any]:
