@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from tests.inputs.helpers import SHAPES
+from .helpers import SHAPES, otlp_proto, syslog_lines
 from worker.facts import extract_facts
 from worker.inputs import Message, decoder_for
 from worker.inputs.json_log import JsonLogDecoder, parse_field_map
@@ -51,8 +51,6 @@ def test_ves_eventlist_keeps_event_ids_and_a_bad_event_becomes_its_own_dead_lett
 
 
 def test_rfc3164_line_keeps_its_severity_for_the_facts():
-    from tests.inputs.helpers import syslog_lines
-
     record = decoder_for("syslog")(_message(syslog_lines()[3]))[0]
     facts = extract_facts(record)
     assert facts.severity == "warning" and "authentication" in (facts.problem or "")
@@ -88,8 +86,6 @@ def test_json_log_field_map_bad_setting_names_the_problem(bad):
 
 
 def test_otlp_groups_log_records_per_resource_with_severity_lines():
-    from tests.inputs.helpers import otlp_proto
-
     amf, smf = decoder_for("otlp")(_message(otlp_proto()))
     assert amf.attributes["service"] == "amf" and amf.body.count("\n") == 1
     assert amf.body.startswith("<11>1 2026-12-01T14:39:18Z amf-1 amf - - - NGSetupRequest rejected")
@@ -98,8 +94,6 @@ def test_otlp_groups_log_records_per_resource_with_severity_lines():
 
 
 def test_auto_with_protobuf_content_type_reads_otlp_and_msgpack_reads_the_envelope():
-    from tests.inputs.helpers import otlp_proto
-
     items = decoder_for("auto")(_message(otlp_proto(), [("content-type", b"application/x-protobuf")]))
     assert [i.attributes["input_format"] for i in items] == ["otlp", "otlp"]
     envelope = msgspec.msgpack.encode({"id": "a", "kind": "text", "body": "hi"})

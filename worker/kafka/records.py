@@ -14,7 +14,7 @@ H_MODEL, H_REASON = "telesum-model", "telesum-reason"
 # A batch item's place in its message, and the input format the message was read as.
 H_INDEX, H_FORMAT = "telesum-source-index", "telesum-input-format"
 # A log window's answer: its first offset is H_OFFSET, its last this one.
-H_LAST_OFFSET = "telesum-source-last-offset"
+H_LAST_OFFSET, H_WINDOW_RECORDS = "telesum-source-last-offset", "telesum-window-records"
 JSON = b"application/json"
 # What a compact dead letter keeps of the original bytes when the full one is too large to publish.
 COMPACT_ORIGINAL_BYTES = 1024
@@ -31,6 +31,7 @@ class Source:
     index: int | None = None         # the item of a batch message this answers
     input_format: str | None = None  # what the input layer read the message as
     last_offset: int | None = None   # a log window: the last offset it covers (`offset` is the first)
+    window_records: int | None = None  # a log window: how many records (messages or OTLP resources) it holds
 
     @property
     def key_text(self) -> str | None:
@@ -68,6 +69,8 @@ def _provenance(source: Source, model: str) -> list[tuple[str, bytes]]:
         headers.append((H_INDEX, str(source.index).encode()))
     if source.last_offset is not None:
         headers.append((H_LAST_OFFSET, str(source.last_offset).encode()))
+    if source.window_records is not None:
+        headers.append((H_WINDOW_RECORDS, str(source.window_records).encode()))
     if source.input_format is not None:
         headers.append((H_FORMAT, source.input_format.encode()))
     return headers

@@ -45,6 +45,6 @@ def merged(window: Window) -> tuple[Source, bytes, TelemetryRecord, tuple[int, .
     record = TelemetryRecord(id=f"{host or 'unknown-host'}@{tp.topic}:{tp.partition}:{low}-{high}", kind="syslog",
                              body=body, source=host, timestamp=first.record.timestamp, attributes=attributes)
     source = Source(tp.topic, tp.partition, low, first.source.key, None, attributes[FORMAT_ATTRIBUTE],
-                    last_offset=high)
+                    last_offset=high, window_records=len(parts))
     raw = b"\n".join(p.raw for p in parts)
     return source, raw, record, covers
