@@ -2,7 +2,8 @@
 
 The window's record: kind syslog, the lines of its parts in arrival order as the body, an id naming
 host and offsets, `window_records` and the offsets it covers. Its answer carries the first offset in
-`telesum-source-offset` and the last in `telesum-source-last-offset`; in exactly-once it is keyed
+`telesum-source-offset`, the last in `telesum-source-last-offset` and all of them in
+`telesum-window-offsets` (records.py); in exactly-once it is keyed
 by its last offset, so its transaction commits every offset it covers.
 """
 
@@ -44,7 +45,6 @@ def merged(window: Window) -> tuple[Source, bytes, TelemetryRecord, tuple[int, .
     body = "\n".join(p.record.body_text() for p in parts)
     record = TelemetryRecord(id=f"{host or 'unknown-host'}@{tp.topic}:{tp.partition}:{low}-{high}", kind="syslog",
                              body=body, source=host, timestamp=first.record.timestamp, attributes=attributes)
-    source = Source(tp.topic, tp.partition, low, first.source.key, None, attributes[FORMAT_ATTRIBUTE],
-                    last_offset=high, window_records=len(parts))
+    source = Source(tp.topic, tp.partition, low, first.source.key, None, attributes[FORMAT_ATTRIBUTE], covers)
     raw = b"\n".join(p.raw for p in parts)
     return source, raw, record, covers
