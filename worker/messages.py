@@ -133,12 +133,34 @@ class InvalidRecord(ValueError):
         self.message = message
 
 
-def decode_record(raw: bytes, content_type: str | None = None) -> TelemetryRecord:
-    """Decode and validate one record (the envelope, leniently: `worker.inputs.envelope`).
-    Raises InvalidRecord naming the problem."""
-    from worker.inputs.envelope import decode_envelope
+_json_decoder = msgspec.json.Decoder(TelemetryRecord)
+_msgpack_decoder = msgspec.msgpack.Decoder(TelemetryRecord)
 
-    return decode_envelope(raw, content_type)
+MSGPACK_CONTENT_TYPES = ("application/msgpack", "application/x-msgpack", "application/vnd.msgpack")
+
+
+def decode_record(raw: bytes, content_type: str | None = None) -> TelemetryRecord:
+    """Decode and validate one record. Raises InvalidRecord naming the problem."""
+    if raw is None or len(raw) == 0:
+        raise InvalidRecord("empty_record", "the record has no bytes")
+    is_msgpack = content_type is not None and content_type.lower() in MSGPACK_CONTENT_TYPES
+    try:
+        record = _msgpack_decoder.decode(raw) if is_msgpack else _json_decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise InvalidRecord("invalid_field", str(exc)) from exc
+    except msgspec.DecodeError as exc:
+        code = "invalid_msgpack" if is_msgpack else "invalid_json"
+        if not is_msgpack:
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                code = "invalid_utf8"
+        raise InvalidRecord(code, str(exc)) from exc
+    if not record.id.strip():
+        raise InvalidRecord("invalid_field", "`id` is empty")
+    if not record.body_text().strip() or record.body in ({},):
+        raise InvalidRecord("empty_body", f"record {record.id!r} has an empty body")
+    return record
 
 
 def failure_reason(error: BaseException) -> tuple[ReasonCode, str]:

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import msgspec
 
-from worker.messages import InvalidRecord, ReasonCode, TelemetryRecord, decode_record, failure_reason
+from worker.inputs.envelope import decode_envelope
+from worker.messages import InvalidRecord, ReasonCode, TelemetryRecord, failure_reason
 from worker.settings.fields import SettingsError
 from worker.settings.load import add_arguments as add_setting_arguments
 from worker.settings.load import load_settings
@@ -92,7 +93,7 @@ def iter_records(path: Path, done: set[str], rejected: set[int], reject) -> Iter
             if not raw.strip() or n in rejected:
                 continue
             try:
-                record = decode_record(raw)
+                record = decode_envelope(raw)  # the worker's lenient envelope
             except InvalidRecord as exc:
                 reject(Reject(n, exc.reason, exc.message, raw.decode("utf-8", "replace")))
                 continue

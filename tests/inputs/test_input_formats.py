@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from .helpers import SHAPES, otlp_proto, syslog_lines
+from tests.inputs.helpers import SHAPES, otlp_proto, syslog_lines
 from worker.facts import extract_facts
 from worker.inputs import Message, decoder_for
 from worker.inputs.json_log import JsonLogDecoder, parse_field_map
@@ -99,3 +99,17 @@ def test_auto_with_protobuf_content_type_reads_otlp_and_msgpack_reads_the_envelo
     envelope = msgspec.msgpack.encode({"id": "a", "kind": "text", "body": "hi"})
     got = decoder_for("auto")(_message(envelope, [("Content-Type", b"application/msgpack; charset=utf-8")]))
     assert got[0].id == "a" and got[0].attributes["input_format"] == "envelope"
+
+
+@pytest.mark.parametrize(("path", "value", "named"), [
+    ("kafka.json_log_fields", "colour=x", "--json-log-fields"),
+    ("kafka.json_log_fields", "message", "--json-log-fields"),
+    ("kafka.input_format", "xml", "--input-format"),
+])
+def test_bad_input_settings_fail_at_start_naming_the_setting(path, value, named):
+    from worker.settings.fields import SettingsError
+    from worker.settings.load import from_values
+
+    with pytest.raises(SettingsError, match=named):
+        from_values({path: value})
+    assert from_values({"kafka.json_log_fields": "message=text|msg,host=node.name"}).settings.kafka.json_log_fields

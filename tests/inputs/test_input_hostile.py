@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from .helpers import SHAPES, otlp_proto
+from tests.inputs.helpers import SHAPES, otlp_proto
 from worker.inputs import Message, decoder_for
 from worker.inputs.envelope import decode_envelope
 from worker.messages import InvalidRecord, ReasonCode, TelemetryRecord

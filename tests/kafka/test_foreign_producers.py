@@ -1,7 +1,8 @@
 """Every producer shape, produced by an independent client (confluent-kafka / librdkafka) to the real
 broker, through `telesum worker` in exactly-once mode, read back with `isolation.level=read_committed`:
-summaries for valid input (0 dead letters), each hostile variant a dead letter with its reason and
-its original bytes, every log line in exactly one window."""
+summaries for valid input (0 dead letters), each hostile variant (empty, binary, truncated, wrong
+types, oversized) a dead letter with its reason and its original bytes, every log line in exactly
+one window."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import uuid
 import msgspec
 import pytest
 
-from helpers import ANSWER_WAIT_S, WorkerProcess
-from inputs.helpers import SHAPES, fixture, otlp_proto
+from tests.kafka.helpers import ANSWER_WAIT_S, WorkerProcess
+from tests.inputs.helpers import SHAPES, fixture, otlp_proto
 from worker.messages import DeadLetter
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -124,7 +125,17 @@ def test_every_shape_in_auto_summarised_once_and_hostile_variants_dead_lettered(
         fixture("vector_syslog.json"), fixture("otlp_logs.json"), otlp_proto()]
     envelope_msgpack = msgspec.msgpack.encode({"id": "env-1", "kind": "text", "body": "cell 7 restarted",
                                                "timestamp": 1796135952254, "attributes": {"cell": 7}})
-    hostile = {b"": "empty_record", b"\xff\xd8\xff\xe0\x00\x10JFIF\x00": "invalid_utf8",
+    # Over the work cap (--max-record-tokens 4096 with --over-cap dead_letter): a 150 KB syslog line
+    # alone in its host's window is too_long. A VES event with a 150 KB alarmAdditionalInformation is
+    # summarised: its prompt holds the facts read from the event, not the whole body.
+    oversized_line = ("2026-12-01T14:40:00.000000+00:00 big-host-1 app[1]: " +
+                      " ".join(f"field{i}=value{i}" for i in range(8000))).encode()
+    oversized_ves = msgspec.json.encode({"event": {"commonEventHeader": {"domain": "fault", "eventId": "big-1",
+                                                                         "sourceName": "big-host-2"},
+                                                   "faultFields": {"alarmAdditionalInformation": {
+                                                       f"k{i}": f"value {i}" for i in range(10000)}}}})
+    hostile = {oversized_line: "too_long",
+               b"": "empty_record", b"\xff\xd8\xff\xe0\x00\x10JFIF\x00": "invalid_utf8",
                fixture("ves_fault.json")[:200]: "invalid_json",
                b'{"event": {"commonEventHeader": "fault"}}': "invalid_field",
                b'{"id": "x", "kind": "alarm", "body": "b"}': "invalid_field",
@@ -132,11 +143,11 @@ def test_every_shape_in_auto_summarised_once_and_hostile_variants_dead_lettered(
     inp = make_topic("in")
     _produce(kafka_bootstrap, inp, valid, codec)
     _produce(kafka_bootstrap, inp, [envelope_msgpack], codec, [[("content-type", b"application/msgpack; charset=utf-8")]])
-    _produce(kafka_bootstrap, inp, list(hostile), codec)
-    worker, out, dlq = run_worker(inp)
-    singles = [*VES_IDS, "env-1"]
+    _produce(kafka_bootstrap, inp, [*hostile, oversized_ves], codec)
+    worker, out, dlq = run_worker(inp, **{"max-record-tokens": "4096", "over-cap": "dead_letter"})
+    singles = [*VES_IDS, "env-1", "big-1"]
     got = _read_committed(kafka_bootstrap, [out, dlq], lambda g: len(_answers(g, out)[1]) >= len(hostile) and
-                          _window_records(_answers(g, out)[0]) >= 11 and len(_answers(g, out)[0]) >= 4, settle_s=2)
+                          _window_records(_answers(g, out)[0]) >= 11 and len(_answers(g, out)[0]) >= 5, settle_s=2)
     assert worker.stop() == 0, worker.log()
     summaries, letters = _answers(got, out)
     assert sorted(msgspec.json.decode(m.value())["id"] for m in summaries
@@ -144,6 +155,6 @@ def test_every_shape_in_auto_summarised_once_and_hostile_variants_dead_lettered(
     # 4 syslog lines, 2 Fluent Bit, 1 Vector, 2 resources in each of the two OTLP messages
     assert _window_records(summaries) == 11
     formats = collections.Counter(_headers(m)["telesum-input-format"] for m in summaries)
-    assert formats[b"ves"] == 3 and formats[b"envelope"] == 1
+    assert formats[b"ves"] == 4 and formats[b"envelope"] == 1
     dead = [msgspec.json.decode(m.value(), type=DeadLetter) for m in letters]
     assert sorted((d.original, d.reason) for d in dead) == sorted(hostile.items())

@@ -12,8 +12,8 @@ import msgspec
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from fakes import GatedSummarizer, run_in_thread, wait_for
-from helpers import consume, produce
+from tests.kafka.fakes import GatedSummarizer, run_in_thread, wait_for
+from tests.kafka.helpers import consume, produce
 from worker.kafka.loop import KafkaWorker
 from worker.kafka.publish import Request, RequestId, TransactionalPublisher
 from worker.kafka.records import Source

@@ -9,15 +9,13 @@ its records are log lines that the worker groups per host into windows (`worker.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Union
+from typing import Any, ClassVar, Union
 
 import msgspec
 
 from worker.facts.common import epoch_to_iso
 from worker.messages import InvalidRecord, TelemetryRecord
 
-# What `--input-format` accepts; `auto` decides per message (`detect.py`).
-InputFormat = Literal["auto", "envelope", "ves", "syslog", "json-log", "otlp"]
 # The attribute of every record that names the format it was read as (what `auto` chose).
 FORMAT_ATTRIBUTE = "input_format"
 # The attribute naming the sending host (or OTLP resource) a log window is grouped by.

@@ -81,7 +81,7 @@ class AutoDecoder(Decoder):
 
 
 def decoder_for(name: str, json_log_fields: dict[str, tuple[str, ...]] | None = None) -> Decoder:
-    """The decoder of a format name (`--input-format`)."""
+    """The decoder of a format name (`--input-format`; its names are a Literal in the [kafka] settings)."""
     json_log = JsonLogDecoder(json_log_fields)
     decoders: dict[str, Decoder] = {"auto": AutoDecoder(json_log), "envelope": EnvelopeDecoder(),
                                     "ves": VesDecoder(), "syslog": SyslogDecoder(), "json-log": json_log,
