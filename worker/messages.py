@@ -18,6 +18,7 @@ ReasonCode = Literal[
     "empty_record",      # a message with no bytes
     "invalid_json",      # not JSON
     "invalid_msgpack",   # content-type says MessagePack, but it is not
+    "invalid_protobuf",  # meant as an OTLP protobuf request, but it is not one
     "invalid_utf8",      # not UTF-8 text
     "invalid_field",     # decodes, but a field is missing, empty or of the wrong type
     "empty_body",        # a record with nothing to summarise

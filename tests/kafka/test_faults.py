@@ -11,6 +11,8 @@ from worker.benchmarks.faults import Plan, run_plan
 pytestmark = pytest.mark.kafka
 
 
+# The harness bounds itself (timeout_s); pytest's default 300 s would cut it first on a loaded machine.
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
 def test_faults_sigkills_and_rebalance_every_input_answered(kafka_bootstrap, tokenizer_dir, tmp_path, guarantee):
     # Inputs trickle in, so faults land while answers are still coming.
@@ -26,3 +28,19 @@ def test_faults_sigkills_and_rebalance_every_input_answered(kafka_bootstrap, tok
     drained = [c for c in report["exit_codes"] if c != -signal.SIGKILL]
     assert drained and all(c == 0 for c in drained), report["exit_codes"]
     assert report["huge_latency_s"] is not None
+
+
+@pytest.mark.timeout(600)
+def test_faults_log_line_windows_exactly_once_through_sigkills_and_rebalance(kafka_bootstrap, tokenizer_dir, tmp_path):
+    # Lines of a dozen hosts trickle in; windows of 1 s / 16 lines are open when the faults land.
+    # Without the huge record: its long summary is the other test's subject.
+    plan = Plan(records=120, kills=2, rebalance=True, guarantee="exactly-once", seed=5, produce_rate=8.0,
+                timeout_s=500, stream="log-lines")
+    report = run_plan(plan, kafka_bootstrap, tokenizer_dir, tmp_path, with_huge=False)
+    assert report["reader_error"] is None
+    assert report["missing"] == [], report
+    assert report["answered"] == report["inputs"] == 120 + 10
+    assert report["duplicates"] == 0, report
+    assert len(report["faults"]) == 4 and report["native_aborts"] == 0
+    drained = [c for c in report["exit_codes"] if c != -signal.SIGKILL]
+    assert drained and all(c == 0 for c in drained), report["exit_codes"]

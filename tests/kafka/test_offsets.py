@@ -77,3 +77,25 @@ def test_tracker_any_ack_order_commit_is_first_unacked(offsets, rnd):
     elif unacked[0] != offsets[0]:
         expected = max(o for o in offsets if o < unacked[0]) + 1
     assert t.committable().get(TP) == expected
+
+
+def test_offset_answered_in_parts_is_done_only_after_every_part():
+    tracker = OffsetTracker()
+    tp = TopicPartition("in", 0)
+    epoch = tracker.assign(tp)
+    tracker.track(tp, 0, parts=3)  # e.g. a VES eventList of three events
+    tracker.track(tp, 1)
+    tracker.mark_done(tp, 1, epoch)
+    tracker.mark_done(tp, 0, epoch)
+    tracker.mark_done(tp, 0, epoch)
+    assert tracker.committable() == {}
+    tracker.mark_done(tp, 0, epoch)
+    assert tracker.committable() == {tp: 2}
+
+
+def test_track_refuses_an_offset_without_answers():
+    tracker = OffsetTracker()
+    tp = TopicPartition("in", 0)
+    tracker.assign(tp)
+    with pytest.raises(ValueError, match="at least one answer"):
+        tracker.track(tp, 0, parts=0)

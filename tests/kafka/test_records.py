@@ -42,3 +42,20 @@ def test_dead_letter_output_compact_cuts_original():
         dead_letter_output("dlq", SRC, original, "output_too_large", "big", "m", compact=True).value,
         type=DeadLetter)
     assert len(compact.original) == COMPACT_ORIGINAL_BYTES and "cut to" in compact.message
+
+
+def test_offset_ranges_round_trip_a_window_s_offsets():
+    from worker.kafka.records import offset_ranges, parse_offset_ranges
+
+    covers = (12, 3, 4, 5, 9, 5, 10, 11)
+    assert offset_ranges(covers) == "3-5,9-12"
+    assert parse_offset_ranges(offset_ranges(covers)) == sorted(set(covers))
+
+
+def test_window_summary_output_names_every_offset_it_covers():
+    source = Source("in", 1, 3, None, None, "syslog", covers=(3, 5, 5, 8))
+    out = summary_output("out", source, Summary(id="w", summary="s", model="m", prompt_tokens=1, output_tokens=1))
+    headers = dict(out.headers)
+    assert headers["telesum-source-offset"] == b"3" and headers["telesum-source-last-offset"] == b"8"
+    assert headers["telesum-window-records"] == b"4" and headers["telesum-window-offsets"] == b"3,5,8"
+    assert headers["telesum-input-format"] == b"syslog"

@@ -113,7 +113,7 @@ def instrument(timer: StageTimer, summarizer, worker) -> None:
     from worker.engine.sampling import SamplingBatch
 
     # Kafka loop thread: names the loop module imported, so patch them there.
-    timer.patch(loop_mod, "decode_message", "decode + validate")
+    timer.patch(worker, "inputs", "decode + validate")
     timer.patch(publish_mod, "summary_output", "output encode")
     timer.patch(publish_mod, "dead_letter_output", "output encode")
     timer.patch(worker.consumer, "poll", "consumer poll (incl. wait)")

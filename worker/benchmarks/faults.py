@@ -8,7 +8,9 @@ seeded random points of progress, starts a second worker in the same group (a re
 stops it again, and restarts the broker when it owns one. Then a read-committed consumer checks
 that every input has an answer (a summary or a dead letter, matched by the source partition and
 offset headers), counts duplicates, and measures each input's latency (its answer's timestamp minus
-its own). `--compare-huge` also runs without faults: records/s per guarantee (all inputs at once),
+its own). `--stream log-lines` sends raw syslog lines of a dozen hosts instead of the realistic
+records, answered per host window (`telesum-window-offsets` names every input a window answers), so
+the faults land while windows are open. `--compare-huge` also runs without faults: records/s per guarantee (all inputs at once),
 and the short records' p99 latency with and without the huge record.
 """
 
@@ -32,6 +34,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
+from worker.kafka.records import parse_offset_ranges
 from worker.messages import TelemetryRecord
 from worker.settings.environment import FAULTS_KAFKA_PORT
 
@@ -67,6 +70,27 @@ def huge_record(num_bytes: int, seed: int = 0) -> bytes:
     return msgspec.json.encode(TelemetryRecord(id="huge", kind="syslog", body="\n".join(lines), source="gnb"))
 
 
+_HOSTS = tuple(f"gnb-du-{i:04d}" for i in range(12))
+_APPS = ("ptp4l", "du_app", "kernel", "sshd", "rrc")
+
+
+def log_lines(count: int, seed: int = 0) -> list[tuple[bytes, bytes]]:
+    """(line, key) of `count` raw syslog lines (rsyslog's ISO-stamped template and RFC 5424) from a
+    dozen hosts, keyed by host as a producer keyed by hostname sends them."""
+    rng = random.Random(seed)
+    lines = []
+    for i in range(count):
+        host, app = rng.choice(_HOSTS), rng.choice(_APPS)
+        words = " ".join(rng.choice(_WORDS) for _ in range(5))
+        stamp = f"2026-12-01T14:{i // 60 % 60:02d}:{i % 60:02d}.{rng.randrange(10**6):06d}+00:00"
+        if i % 3:
+            line = f"{stamp} {host} {app}[{rng.randrange(100, 9999)}]: {words}"
+        else:
+            line = f"<{rng.choice([11, 12, 13, 14])}>1 {stamp} {host} {app} - - - {words}"
+        lines.append((line.encode(), host.encode()))
+    return lines
+
+
 @dataclass
 class Plan:
     records: int = 60
@@ -79,6 +103,9 @@ class Plan:
     produce_rate: float = 0.0      # inputs per second; 0 = all at once
     timeout_s: float = 600.0
     worker_args: dict[str, str] = field(default_factory=dict)
+    stream: str = "records"        # or "log-lines": raw syslog lines answered per host window
+    window_s: float = 1.0          # log-lines: the worker's --window-s
+    window_max_lines: int = 16     # log-lines: the worker's --window-max-lines
 
 
 class _Worker:
@@ -145,9 +172,12 @@ class _Answers(threading.Thread):
                 for batch in self.consumer.poll(timeout_ms=200).values():
                     for msg in batch:
                         h = {k: v for k, v in msg.headers}
-                        key = (int(h["telesum-source-partition"]), int(h["telesum-source-offset"]))
-                        self.times[key].append(msg.timestamp / 1000.0)
-                        self.first.setdefault(key, (msg.topic, msg.value))
+                        partition = int(h["telesum-source-partition"])
+                        offsets = parse_offset_ranges(h["telesum-window-offsets"].decode()) \
+                            if "telesum-window-offsets" in h else [int(h["telesum-source-offset"])]
+                        for offset in offsets:
+                            self.times[(partition, offset)].append(msg.timestamp / 1000.0)
+                            self.first.setdefault((partition, offset), (msg.topic, msg.value))
         except BaseException as exc:  # noqa: BLE001 - reported by the harness, which asserts on it
             self.error = exc
         finally:
@@ -171,13 +201,19 @@ def _make_topics(bootstrap: str) -> tuple[str, str, str]:
     return names
 
 
-def _inputs(plan: Plan, with_huge: bool) -> list[tuple[bytes, list]]:
+def _inputs(plan: Plan, with_huge: bool) -> list[tuple[bytes, list, bytes]]:
+    """(value, headers, key) of every input, in the order they are produced."""
     from worker.commands.samples import iter_generate
 
-    realistic = [(msgspec.json.encode(r), []) for r, _ in iter_generate(plan.records, "short", plan.seed)]
-    values = realistic[: len(realistic) // 4] + hostile_values() + realistic[len(realistic) // 4:]
+    if plan.stream == "log-lines":
+        realistic = [(line, [], key) for line, key in log_lines(plan.records, plan.seed)]
+    else:
+        realistic = [(msgspec.json.encode(r), [], f"r{i}".encode())
+                     for i, (r, _) in enumerate(iter_generate(plan.records, "short", plan.seed))]
+    hostile = [(value, headers, f"h{i}".encode()) for i, (value, headers) in enumerate(hostile_values())]
+    values = realistic[: len(realistic) // 4] + hostile + realistic[len(realistic) // 4:]
     if with_huge:
-        values.insert(len(realistic) // 8, (huge_record(plan.huge_bytes, plan.seed), []))
+        values.insert(len(realistic) // 8, (huge_record(plan.huge_bytes, plan.seed), [], b"huge"))
     return values
 
 
@@ -195,7 +231,10 @@ def run_plan(plan: Plan, bootstrap: str, tokenizer: Path, work_dir: Path, *, wit
 
     def start(worker_id: str) -> _Worker:
         logs.append(work_dir / f"{group}-{worker_id}-{len(logs)}.log")
-        return _Worker(bootstrap, topics, group, worker_id, tokenizer, logs[-1], plan.guarantee, plan.worker_args)
+        extra = dict(plan.worker_args)
+        if plan.stream == "log-lines":
+            extra = {"window-s": str(plan.window_s), "window-max-lines": str(plan.window_max_lines), **extra}
+        return _Worker(bootstrap, topics, group, worker_id, tokenizer, logs[-1], plan.guarantee, extra)
 
     values = _inputs(plan, with_huge)
     main = start("a")
@@ -206,11 +245,10 @@ def run_plan(plan: Plan, bootstrap: str, tokenizer: Path, work_dir: Path, *, wit
         producer = KafkaProducer(bootstrap_servers=bootstrap, max_request_size=16 << 20, linger_ms=5,
                                  retries=2**31 - 1)  # through a broker restart too
         futures = []
-        for i, (value, headers) in enumerate(values):
+        for i, (value, headers, key) in enumerate(values):
             if plan.produce_rate > 0:
                 time.sleep(max(0.0, t0 + i / plan.produce_rate - time.time()))
-            futures.append((producer.send(topics[0], value=value, key=f"k{i}".encode(), headers=headers),
-                            len(value)))
+            futures.append((producer.send(topics[0], value=value, key=key, headers=headers), len(value)))
         for future, size in futures:
             meta = future.get(timeout=plan.timeout_s)
             sent[(meta.partition, meta.offset)] = (meta.timestamp / 1000.0, size)
@@ -317,6 +355,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--latency-work-cap", type=int, default=0,
                         help="the worker's --max-record-tokens in the latency runs (default 0: no cap, so "
                              "the huge record is summarised whole: fairness alone bounds the others)")
+    parser.add_argument("--stream", choices=("records", "log-lines"), default="records",
+                        help="realistic records, or raw syslog lines answered per host window")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=1800.0, help="per scenario (s)")
     parser.add_argument("--out", type=Path, help="write the JSON report here too")
@@ -336,7 +376,7 @@ def run(args: argparse.Namespace) -> int:
         kafka_sh("stop", args.broker_port, state)
         kafka_sh("start", args.broker_port, state)
 
-    report: dict = {"command": " ".join(["telesum bench faults", *sys.argv[sys.argv.index("faults") + 1:]])
+    report: dict = {"stream": args.stream, "command": " ".join(["telesum bench faults", *sys.argv[sys.argv.index("faults") + 1:]])
                     if "faults" in sys.argv else "telesum bench faults", "scenarios": {}}
     try:
         tokenizer = save_tokenizer(work / "tokenizer")
@@ -344,7 +384,7 @@ def run(args: argparse.Namespace) -> int:
         for g in guarantees:
             plan = Plan(records=args.records, huge_bytes=int(args.huge_mb * (1 << 20)), kills=args.kills,
                         broker_restart=True, guarantee=g, seed=args.seed, produce_rate=args.rate,
-                        timeout_s=args.timeout)
+                        timeout_s=args.timeout, stream=args.stream)
             report["scenarios"][f"faults/{g}"] = run_plan(plan, bootstrap, tokenizer, work,
                                                           restart_broker=restart_broker)
         if args.compare_huge:

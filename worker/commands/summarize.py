@@ -18,7 +18,8 @@ import msgspec
 
 from worker.commands.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SETTINGS
 from worker.commands.startup import StartupError, read_settings, start_summarizer
-from worker.messages import InvalidRecord, ReasonCode, TelemetryRecord, decode_record, failure_reason
+from worker.inputs.envelope import decode_envelope
+from worker.messages import InvalidRecord, ReasonCode, TelemetryRecord, failure_reason
 from worker.settings.load import add_arguments as add_setting_arguments
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ def iter_records(path: Path, done: set[str], rejected: set[int], reject) -> Iter
             if not raw.strip() or n in rejected:
                 continue
             try:
-                record = decode_record(raw)
+                record = decode_envelope(raw)  # the worker's lenient envelope
             except InvalidRecord as exc:
                 reject(Reject(n, exc.reason, exc.message, raw.decode("utf-8", "replace")))
                 continue

@@ -29,9 +29,13 @@ from worker.kafka.clients import Consumer, Producer
 from worker.kafka.offsets import OffsetTracker
 from worker.kafka.publish import (AckPublisher, Answers, Request, RequestId, TransactionalPublisher,
                                   ProducerFenced)
-from worker.kafka.records import Output, Source, decode_message
-from worker.settings.kafka import KafkaSettings
+from worker.inputs import FORMAT_ATTRIBUTE, Message, decoder_for
+from worker.inputs.json_log import parse_field_map
+from worker.inputs.windows import Window, Windows
+from worker.kafka.records import Output, Source
 from worker.kafka.undecodable import UndecodableBatch
+from worker.kafka.windowing import is_windowed, merged, window_key
+from worker.settings.kafka import KafkaSettings
 from worker.messages import InvalidRecord, ReasonCode, Summary, TelemetryRecord, failure_reason
 
 __all__ = ["KafkaWorker", "ProducerFenced", "RequestId", "WorkerStats"]
@@ -70,9 +74,10 @@ class _Pending:
     source: Source
     raw: bytes
     record: TelemetryRecord
+    covers: tuple[int, ...] = ()  # a log window: the offset of each part
 
     def request(self, kind, reason: ReasonCode | None = None) -> Request:
-        return Request(self.rid, self.source, self.raw, self.record.id, kind, reason)
+        return Request(self.rid, self.source, self.raw, self.record.id, kind, reason, covers=self.covers)
 
 
 class KafkaWorker:
@@ -91,11 +96,16 @@ class KafkaWorker:
         self.consumer = consumer or Consumer(settings)
         self.producer = producer or Producer(settings)
         self.tracker = OffsetTracker()
+        self.input_format = settings.input_format
+        self.inputs = decoder_for(settings.input_format, parse_field_map(settings.json_log_fields))
         self.stats = WorkerStats()
         self.answers = Answers(settings.output_topic, settings.dlq_topic, model_name, settings.max_request_size)
         self.publisher = AckPublisher(self.producer, self.answers)
         self.transactions = TransactionalPublisher(self.producer, self.answers) if settings.exactly_once else None
         self._backlog: deque[_Pending] = deque()        # decoded, waiting for summarizer room
+        # Log lines waiting for their window to close (window_s 0: every record is answered alone).
+        self.windows: Windows[_Pending] | None = Windows(settings.window_s, settings.window_max_lines,
+                                                         settings.window_max_bytes) if settings.window_s > 0 else None
         self._in_summarizer: dict[RequestId, _Pending] = {}
         self._paused_by_us = False
         self._revoking: set[TopicPartition] = set()
@@ -121,6 +131,8 @@ class KafkaWorker:
             return
         dropped = sum(self.tracker.revoke(tp) for tp in gone)
         self._backlog = deque(p for p in self._backlog if p.rid.tp not in gone)
+        if self.windows is not None:
+            self.windows.drop(lambda key: key[0] in gone)
         if self.transactions is not None:
             self.transactions.drop(gone)
         log.info("revoked %s; dropped %d unfinished records (the new owner replays them)",
@@ -157,6 +169,8 @@ class KafkaWorker:
             self._settle_revocations(self.consumer.assignment())
         for msg in messages:
             self._accept(msg)
+        if self.windows is not None:
+            self._backlog.extend(map(self._window_pending, self.windows.due()))
         if not fetch:  # draining: partitions assigned meanwhile stay paused too
             self.consumer.pause(self.consumer.assignment() - self.consumer.paused())
         else:
@@ -172,16 +186,25 @@ class KafkaWorker:
 
     @property
     def pending(self) -> tuple[int, int, int]:
-        """(records waiting for summarizer room, records in the summarizer, answers not yet
+        """(records waiting for summarizer room or in open log windows, records in the summarizer, answers not yet
         acknowledged or, exactly-once, not yet committed). Only from the loop thread."""
         staged = self.transactions.staged if self.transactions is not None else 0
-        return len(self._backlog), len(self._in_summarizer), self.publisher.unacked + staged
+        windowed = self.windows.parts if self.windows is not None else 0
+        return len(self._backlog) + windowed, len(self._in_summarizer), self.publisher.unacked + staged
 
     def _drain(self) -> None:
         """Stop fetching; finish and publish what the summarizer holds; commit the done prefix."""
         self.consumer.pause(self.consumer.assignment())
         self._paused_by_us = True
         self._backlog.clear()  # not started: left uncommitted, replayed by whoever reads next
+        if self.windows is not None:  # open windows are closed and answered before the drain ends
+            for pending in map(self._window_pending, self.windows.close_all()):
+                try:
+                    self.summarizer.submit(pending.rid, pending.record)
+                except Exception as exc:  # noqa: BLE001 - e.g. backpressure: left uncommitted, replayed
+                    log.warning("open window %s not answered in the drain (%s)", pending.record.id, exc)
+                    continue
+                self._in_summarizer[pending.rid] = pending
         deadline = time.monotonic() + self.settings.drain_timeout_s
         while (self._in_summarizer or self.publisher.busy) and time.monotonic() < deadline:
             self._step(fetch=False)
@@ -205,20 +228,38 @@ class KafkaWorker:
             self.tracker.revoke(tp)
             self.tracker.assign(tp)
             self._backlog = deque(p for p in self._backlog if p.rid.tp != tp)
+            if self.windows is not None:
+                self.windows.drop(lambda key: key[0] == tp)
             if self.transactions is not None:
                 self.transactions.drop({tp})
-        epoch = self.tracker.track(tp, msg.offset)
-        self.stats.consumed += 1
-        rid = RequestId(tp, msg.offset, epoch)
-        source = Source(msg.topic, msg.partition, msg.offset, msg.key)
         raw = msg.value or b""
-        try:
-            record = decode_message(msg.value, msg.headers)
-        except InvalidRecord as exc:
-            self._answer(*self.answers.dead_letter(Request(rid, source, raw, None, "dead_letter", exc.reason),
-                                                   exc.message))
-            return
-        self._backlog.append(_Pending(rid, source, raw, record))
+        items = self.inputs(Message(raw, tuple(msg.headers or ()), msg.topic, msg.partition, msg.offset,
+                                    getattr(msg, "timestamp", None)))
+        epoch = self.tracker.track(tp, msg.offset, parts=len(items))
+        self.stats.consumed += 1
+        batch = len(items) > 1
+        for index, item in enumerate(items):
+            rid = RequestId(tp, msg.offset, epoch, index)
+            if isinstance(item, InvalidRecord):
+                fmt = None if self.input_format == "auto" else self.input_format
+                source = Source(msg.topic, msg.partition, msg.offset, msg.key, index if batch else None, fmt)
+                why = f"item {index} of {len(items)}: {item.message}" if batch else item.message
+                self._answer(*self.answers.dead_letter(Request(rid, source, raw, None, "dead_letter", item.reason),
+                                                       why))
+                continue
+            source = Source(msg.topic, msg.partition, msg.offset, msg.key, index if batch else None,
+                            item.attributes.get(FORMAT_ATTRIBUTE))
+            pending = _Pending(rid, source, raw, item)
+            if self.windows is None or not is_windowed(item):
+                self._backlog.append(pending)
+            elif (full := self.windows.add(window_key(tp, item), pending, item.body_text())) is not None:
+                self._backlog.append(self._window_pending(full))
+
+    @staticmethod
+    def _window_pending(window: Window[_Pending]) -> _Pending:
+        """A closed window as one piece of work, answered under its last part's id."""
+        source, raw, record, covers = merged(window)
+        return _Pending(window.parts[-1].rid, source, raw, record, covers)
 
     def _submit_backlog(self) -> None:
         while self._backlog and len(self._in_summarizer) < self.max_in_flight:
@@ -265,17 +306,26 @@ class KafkaWorker:
         if self.transactions is None:
             self.publisher.send(request, output)
             return
-        if self.tracker.mark_done(request.rid.tp, request.rid.offset, request.rid.epoch):
+        if self._mark_done(request):
             self.transactions.stage(request, output)
         else:
             self.stats.stale_dropped += 1
+
+    def _mark_done(self, request: Request) -> bool:
+        """Every offset this answer covers has one more part answered; False when it is stale."""
+        rid = request.rid
+        if not self.tracker.is_current(rid.tp, rid.epoch):
+            return False
+        for offset in request.covers or (rid.offset,):
+            self.tracker.mark_done(rid.tp, offset, rid.epoch)
+        return True
 
     def _is_current(self, rid: RequestId) -> bool:
         return self.tracker.is_current(rid.tp, rid.epoch)
 
     def _handle_acks(self) -> None:
         for request, output in self.publisher.poll(self._is_current):
-            if self.tracker.mark_done(request.rid.tp, request.rid.offset, request.rid.epoch):
+            if self._mark_done(request):
                 self._count(request)
             else:
                 self.stats.stale_dropped += 1
@@ -306,7 +356,7 @@ class KafkaWorker:
         if not offsets:
             return
         if self.transactions is not None:
-            self._commit_transaction(offsets)
+            self._commit_transaction(self.transactions.unsplit(offsets))
             return
         try:
             self.consumer.commit(offsets)

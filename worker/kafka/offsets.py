@@ -13,6 +13,7 @@ class _PartitionState:
     epoch: int
     pending: deque[int] = field(default_factory=deque)  # offsets seen, in order, not yet committable
     done: set[int] = field(default_factory=set)          # acknowledged offsets still inside `pending`
+    parts: dict[int, int] = field(default_factory=dict)  # offsets answered in several parts: parts still due
     next_commit: int | None = None                       # the commit position once the prefix advances
     committed: int | None = None                         # last position committed
 
@@ -21,9 +22,11 @@ class OffsetTracker:
     """Per-partition bookkeeping for at-least-once delivery.
 
     Commit steps, followed in this order by the poll loop:
-      1. `track(tp, offset)` every record as it is polled (offsets arrive in increasing order).
+      1. `track(tp, offset, parts)` every record as it is polled (offsets arrive in increasing order);
+         `parts` is how many answers cover it (a batch message has one per item).
       2. publish its output (summary or dead letter) to the broker.
-      3. `mark_done(tp, offset, epoch)` only after the broker acknowledged that publish.
+      3. `mark_done(tp, offset, epoch)` only after the broker acknowledged that publish, once per
+         answer: an offset is done when all its parts are.
       4. `committable()` gives, per partition, the offset after the contiguous done prefix
          (the last done offset + 1), only where it moved since the last commit.
       5. commit those offsets with the consumer, then `committed(offsets)`.
@@ -58,14 +61,19 @@ class OffsetTracker:
         state = self._parts.get(tp)
         return state.epoch if state is not None else None
 
-    def track(self, tp: TopicPartition, offset: int) -> int:
-        """Record that `offset` was polled; returns the epoch to hand back to `mark_done`."""
+    def track(self, tp: TopicPartition, offset: int, parts: int = 1) -> int:
+        """Record that `offset` was polled and is answered in `parts` answers; returns the epoch to
+        hand back to `mark_done`."""
         state = self._parts.get(tp)
         if state is None:
             raise KeyError(f"{tp} is not assigned")
         if state.pending and offset <= state.pending[-1]:
             raise ValueError(f"{tp}: offset {offset} polled after {state.pending[-1]}")
+        if parts < 1:
+            raise ValueError(f"{tp}: offset {offset} needs at least one answer")
         state.pending.append(offset)
+        if parts > 1:
+            state.parts[offset] = parts
         return state.epoch
 
     def last_tracked(self, tp: TopicPartition, default: int) -> int:
@@ -78,10 +86,16 @@ class OffsetTracker:
         return state.next_commit - 1 if state.next_commit is not None else default
 
     def mark_done(self, tp: TopicPartition, offset: int, epoch: int) -> bool:
-        """The broker acknowledged the output of `offset`; False when that work is stale (revoked)."""
+        """The broker acknowledged one answer of `offset`; False when that work is stale (revoked)."""
         state = self._parts.get(tp)
         if state is None or state.epoch != epoch:
             return False
+        left = state.parts.get(offset)
+        if left is not None:
+            if left > 1:
+                state.parts[offset] = left - 1
+                return True
+            del state.parts[offset]
         state.done.add(offset)
         while state.pending and state.pending[0] in state.done:
             first = state.pending.popleft()

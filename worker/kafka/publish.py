@@ -41,11 +41,13 @@ _FRAMING_BYTES = 1024
 
 @dataclass(frozen=True)
 class RequestId:
-    """Names one polled record within one assignment epoch of its partition."""
+    """Names one answer: a polled record within one assignment epoch of its partition, and which
+    of its parts (a batch message is answered per item; a log window by its last offset)."""
 
     tp: TopicPartition
     offset: int
     epoch: int
+    index: int = 0
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class Request:
     kind: Literal["summary", "dead_letter"]
     reason: ReasonCode | None = None         # dead letters only
     compact: bool = False                    # already the last-resort compact dead letter
+    covers: tuple[int, ...] = ()             # a log window: one offset per part it answers (else rid.offset)
 
 
 class ProducerFenced(RuntimeError):
@@ -169,6 +172,19 @@ class TransactionalPublisher:
     def drop(self, partitions: set[TopicPartition]) -> None:
         """Forget staged answers of partitions this member lost (their new owner answers them)."""
         self._staged = {rid: v for rid, v in self._staged.items() if rid.tp not in partitions}
+
+    def unsplit(self, offsets: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """`offsets` moved back where one would fall inside a staged log window (after its first
+        offset, at or before its last): that window's answer and all its offsets commit together."""
+        offsets = dict(offsets)
+        moved = True
+        while moved:
+            moved = False
+            for rid, (request, _) in self._staged.items():
+                if request.covers and rid.tp in offsets and min(request.covers) < offsets[rid.tp] <= rid.offset:
+                    offsets[rid.tp] = min(request.covers)
+                    moved = True
+        return offsets
 
     def commit(self, offsets: dict[TopicPartition, int], group_metadata) -> list[tuple[Request, Output]] | None:
         """Publish the staged answers below `offsets` and commit `offsets`, in one transaction.

@@ -17,6 +17,9 @@ from worker.settings.fields import MaskedRepr, SettingsError, opt
 __all__ = ["SettingsError", "KafkaSettings"]
 
 Positive = dict(gt=0)
+# `role=key|key,role=key`, the roles of worker/inputs/json_log.py (checked here so a typo fails at start-up).
+_FIELD_ENTRY = r"\s*(message|host|app|pid|timestamp|severity|facility)=[^,|=\s]+(\|[^,|=\s]+)*\s*"
+_FIELD_MAP = rf"^(\s*|{_FIELD_ENTRY}(,{_FIELD_ENTRY})*)$"
 
 
 class KafkaSettings(MaskedRepr, msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -78,6 +81,19 @@ class KafkaSettings(MaskedRepr, msgspec.Struct, frozen=True, kw_only=True, forbi
     transaction_timeout_ms: Annotated[int, opt("TELESUM_TRANSACTION_TIMEOUT_MS",
                                                "exactly-once: the broker aborts a transaction open longer than this",
                                                **Positive)] = 60000
+    # Input formats (worker/inputs, docs/inputs.md)
+    input_format: Annotated[Literal["auto", "envelope", "ves", "syslog", "json-log", "otlp"], opt(
+        "TELESUM_INPUT_FORMAT", "what the input topic holds: 'auto' decides per message (docs/inputs.md)")] = "auto"
+    json_log_fields: Annotated[str, opt(
+        "TELESUM_JSON_LOG_FIELDS", "json-log field map over the defaults, e.g. 'message=msg|text,host=node' "
+                                   "(roles: message host app pid timestamp severity facility)",
+        pattern=_FIELD_MAP)] = ""
+    window_s: Annotated[float, opt("TELESUM_WINDOW_S", "log lines: close a host's window this long after its "
+                                                       "first line (0: one summary per message)", ge=0)] = 5.0
+    window_max_lines: Annotated[int, opt("TELESUM_WINDOW_MAX_LINES", "log lines: close a window at this many lines",
+                                         **Positive)] = 500
+    window_max_bytes: Annotated[int, opt("TELESUM_WINDOW_MAX_BYTES", "log lines: close a window at this many bytes",
+                                         **Positive)] = 64 * 1024
     # Scale-out
     gpus: Annotated[str | None, opt("TELESUM_GPUS",
                                     "one worker process per GPU under a supervisor: 'all', a count N, a list of "

@@ -1,0 +1,124 @@
+"""The input layer's one base: a Kafka message in, records out (one, or several for a batch).
+
+A format is a `Decoder`: a callable `Message -> list[Item]`, where every item is a record to
+summarise or the `InvalidRecord` that says why one part of the message cannot be (its dead letter).
+It never returns an empty list, so every message gets at least one answer. `windowed` says whether
+its records are log lines that the worker groups per host into windows (`worker.inputs.windows`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Union
+
+import msgspec
+
+from worker.facts.common import epoch_to_iso
+from worker.messages import InvalidRecord, TelemetryRecord
+
+# The attribute of every record that names the format it was read as (what `auto` chose).
+FORMAT_ATTRIBUTE = "input_format"
+# The attribute naming the sending host (or OTLP resource) a log window is grouped by.
+HOST_ATTRIBUTE = "host"
+SERVICE_ATTRIBUTE = "service"
+
+Item = Union[TelemetryRecord, InvalidRecord]
+
+
+@dataclass(frozen=True)
+class Message:
+    """One consumed Kafka message, as the input layer sees it."""
+
+    value: bytes
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    topic: str = ""
+    partition: int = 0
+    offset: int = 0
+    timestamp_ms: int | None = None  # the Kafka record's timestamp (the producer's create time)
+
+    def header(self, name: str) -> str | None:
+        """The first header called `name` (case-insensitive) as text, or None."""
+        for key, value in self.headers:
+            if key.lower() == name and value is not None:
+                return value.decode("utf-8", errors="replace")
+        return None
+
+    @property
+    def media_type(self) -> str | None:
+        """The content-type header without its parameters, lower case: 'application/msgpack; charset=utf-8'
+        -> 'application/msgpack'."""
+        value = self.header("content-type")
+        if value is None:
+            return None
+        return value.split(";", 1)[0].strip().lower() or None
+
+    def stable_id(self, index: int | None = None) -> str:
+        """An id for a record that brought none: the same on every replay of this message."""
+        base = f"{self.topic}:{self.partition}:{self.offset}"
+        return base if index is None else f"{base}:{index}"
+
+
+class Decoder:
+    """One input format. Subclasses set `name` and implement `__call__`."""
+
+    name: ClassVar[str]
+    windowed: ClassVar[bool] = False
+
+    def __call__(self, message: Message) -> list[Item]:
+        raise NotImplementedError
+
+
+def require_bytes(message: Message) -> bytes:
+    """The message's bytes; InvalidRecord('empty_record') when there are none."""
+    if not message.value:
+        raise InvalidRecord("empty_record", "the message has no bytes")
+    return message.value
+
+
+def require_text(raw: bytes) -> str:
+    """`raw` as UTF-8 text; InvalidRecord('invalid_utf8') naming where it stops being text."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRecord("invalid_utf8", f"not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
+
+
+def parse_json(raw: bytes) -> Any:
+    """`raw` as JSON; invalid_utf8 for bytes that are not text, invalid_json for text that is not JSON."""
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        require_text(raw)
+        raise InvalidRecord("invalid_json", f"not JSON: {exc}") from exc
+
+
+def text_value(value: Any) -> str | None:
+    """A field's value as text (numbers and booleans written out), None when absent or a container."""
+    if value is None or isinstance(value, (dict, list)):
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def timestamp_text(value: Any) -> str | None:
+    """An ISO time as given, or an epoch number in s/ms/µs/ns (told by magnitude) as ISO UTC."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return epoch_to_iso(value)
+    text = str(value).strip()
+    if text.replace(".", "", 1).isdigit():
+        return epoch_to_iso(text)
+    return text or None
+
+
+def kafka_time(message: Message) -> str | None:
+    """The Kafka record's own timestamp as ISO UTC: a log line's time when the line has none."""
+    return epoch_to_iso(message.timestamp_ms) if message.timestamp_ms and message.timestamp_ms > 0 else None
+
+
+def with_format(record: TelemetryRecord, name: str) -> TelemetryRecord:
+    return msgspec.structs.replace(record, attributes={**record.attributes, FORMAT_ATTRIBUTE: name})

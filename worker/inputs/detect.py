@@ -1,0 +1,91 @@
+"""`auto`: which format a message is in, decided per message from its content (and its
+content-type header when one is sent). Producers send no content-type, so content decides:
+
+- content-type MessagePack -> envelope; protobuf -> otlp
+- a JSON object: `resourceLogs` -> otlp (otlp_json); `event` / `eventList` / `commonEventHeader`
+  -> ves; `id` + `kind` + `body` -> envelope; a message field (`message`, `log`, …) -> json-log;
+  any other object -> envelope, whose dead letter names the missing field
+- bytes that parse as an OTLP protobuf request holding log records -> otlp
+- other UTF-8 text (a raw syslog line) -> syslog; other bytes -> dead letter `invalid_utf8`
+
+The record's `input_format` attribute and the answer's `telesum-input-format` header say which it took.
+"""
+
+from __future__ import annotations
+
+from google.protobuf.message import DecodeError
+
+from worker.inputs.base import Decoder, Item, Message, require_bytes, require_text
+from worker.inputs.envelope import MSGPACK_MEDIA_TYPES, EnvelopeDecoder
+from worker.inputs.json_log import JsonLogDecoder
+from worker.inputs.otlp import OtlpDecoder, count_log_records, decode_request, parse_otlp
+from worker.inputs.syslog import SyslogDecoder
+from worker.inputs.ves import VesDecoder, decode_ves, is_ves
+from worker.messages import InvalidRecord
+
+PROTOBUF_MEDIA_TYPES = ("application/x-protobuf", "application/protobuf", "application/vnd.google.protobuf")
+_ENVELOPE_FIELDS = ("id", "kind", "body")
+# An OTLP request's first field is `resource_logs` (field 1, length-delimited): tag byte 0x0a.
+_PROTOBUF_FIRST_BYTE = b"\n"
+
+
+class AutoDecoder(Decoder):
+    name = "auto"
+    windowed = True
+
+    def __init__(self, json_log: JsonLogDecoder | None = None) -> None:
+        self.envelope, self.ves, self.syslog = EnvelopeDecoder(), VesDecoder(), SyslogDecoder()
+        self.json_log = json_log or JsonLogDecoder()
+        self.otlp = OtlpDecoder()
+
+    def __call__(self, message: Message) -> list[Item]:
+        try:
+            return self._decode(message, require_bytes(message))
+        except InvalidRecord as exc:
+            return [exc]
+
+    def _decode(self, message: Message, raw: bytes) -> list[Item]:
+        media_type = message.media_type
+        if media_type in MSGPACK_MEDIA_TYPES:
+            return self.envelope(message)
+        if media_type in PROTOBUF_MEDIA_TYPES:
+            return self.otlp(message)
+        if raw.lstrip()[:1] == b"{":
+            return self._json_object(message, raw)
+        if raw[:1] == _PROTOBUF_FIRST_BYTE:
+            try:
+                request = parse_otlp(raw)
+            except InvalidRecord:
+                request = None
+            if request is not None and count_log_records(request):
+                return decode_request(request, message)
+        require_text(raw)
+        return self.syslog(message)
+
+    def _json_object(self, message: Message, raw: bytes) -> list[Item]:
+        import msgspec
+
+        try:
+            value = msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            return self.envelope(message)  # the envelope's own reason: invalid_json or invalid_utf8
+        if isinstance(value, dict) and "resourceLogs" in value:
+            return self.otlp(message)
+        if is_ves(value):
+            return decode_ves(value, message)
+        if isinstance(value, dict) and all(k in value for k in _ENVELOPE_FIELDS):
+            return self.envelope(message)
+        if self.json_log.is_log_event(value):
+            return self.json_log.decode_event(value, message)
+        return self.envelope(message)
+
+
+def decoder_for(name: str, json_log_fields: dict[str, tuple[str, ...]] | None = None) -> Decoder:
+    """The decoder of a format name (`--input-format`; its names are a Literal in the [kafka] settings)."""
+    json_log = JsonLogDecoder(json_log_fields)
+    decoders: dict[str, Decoder] = {"auto": AutoDecoder(json_log), "envelope": EnvelopeDecoder(),
+                                    "ves": VesDecoder(), "syslog": SyslogDecoder(), "json-log": json_log,
+                                    "otlp": OtlpDecoder()}
+    if name not in decoders:
+        raise ValueError(f"unknown input format {name!r}; one of {', '.join(decoders)}")
+    return decoders[name]
