@@ -7,12 +7,14 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import msgspec
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from worker.messages import TelemetryRecord
+from worker.settings.kafka import KafkaSettings
 
 # How long a test waits for answers before giving up (a failure, not a timing assertion).
 ANSWER_WAIT_S = 120
@@ -108,3 +110,19 @@ class WorkerProcess:
 
     def log(self) -> str:
         return Path(self.log_path).read_text(errors="replace")
+
+
+def worker_settings(bootstrap: str, inp: str, out: str, dlq: str, **kw) -> KafkaSettings:
+    """[kafka] settings of an in-process worker: a fresh group, short timeouts so tests settle fast."""
+    return KafkaSettings(bootstrap_servers=bootstrap, input_topic=inp, output_topic=out, dlq_topic=dlq,
+                         group_id=f"g-{uuid.uuid4().hex}", session_timeout_ms=6000, heartbeat_interval_ms=500,
+                         commit_interval_s=0.1, poll_timeout_ms=50, **kw)
+
+
+def committed_offset(bootstrap: str, group: str, tp: TopicPartition) -> int | None:
+    """The group's committed offset of `tp` (None: nothing committed)."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        return consumer.committed(tp)
+    finally:
+        consumer.close()

@@ -6,18 +6,16 @@ from __future__ import annotations
 
 import collections
 import threading
-import uuid
 
 import msgspec
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
 from tests.kafka.fakes import GatedSummarizer, run_in_thread, wait_for
-from tests.kafka.helpers import consume, produce
+from tests.kafka.helpers import committed_offset, consume, produce, worker_settings
 from worker.kafka.loop import KafkaWorker
 from worker.kafka.publish import Request, RequestId, TransactionalPublisher
 from worker.kafka.records import Source
-from worker.settings.kafka import KafkaSettings
 
 pytestmark = pytest.mark.kafka
 
@@ -32,20 +30,6 @@ class RecordingSummarizer(GatedSummarizer):
         self.records.append(record)
 
 
-def _settings(bootstrap, inp, out, dlq, **kw) -> KafkaSettings:
-    return KafkaSettings(bootstrap_servers=bootstrap, input_topic=inp, output_topic=out, dlq_topic=dlq,
-                          group_id=f"g-{uuid.uuid4().hex}", session_timeout_ms=6000, heartbeat_interval_ms=500,
-                          commit_interval_s=0.1, poll_timeout_ms=50, **kw)
-
-
-def _committed(bootstrap: str, group: str, tp: TopicPartition) -> int | None:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
-    try:
-        return consumer.committed(tp)
-    finally:
-        consumer.close()
-
-
 def _line(host: str, i: int) -> bytes:
     return f"2026-12-01T14:{i // 60:02d}:{i % 60:02d}.000000+00:00 {host} ptp4l[812]: clock step {i}".encode()
 
@@ -56,7 +40,7 @@ def test_loop_batch_message_answers_every_item_then_commits_its_offset(kafka_boo
     events = {"eventList": [{"commonEventHeader": {"domain": "fault", "eventId": f"e{i}", "sourceName": "ru-1"}}
                             for i in range(3)] + [42]}
     produce(kafka_bootstrap, inp, [msgspec.json.encode(events), b"<13>1 - h1 app - - - one line"], keys=[None, None])
-    settings = _settings(kafka_bootstrap, inp, out, dlq, processing_guarantee=guarantee, window_s=0.0)
+    settings = worker_settings(kafka_bootstrap, inp, out, dlq, processing_guarantee=guarantee, window_s=0.0)
     worker = KafkaWorker(settings, GatedSummarizer(), model_name="fake")
     stop = threading.Event()
     thread = run_in_thread(worker, stop)
@@ -68,7 +52,7 @@ def test_loop_batch_message_answers_every_item_then_commits_its_offset(kafka_boo
     assert sorted(msgspec.json.decode(r.value)["id"] for r in summaries)[:3] == ["e0", "e1", "e2"]
     assert [dict(r.headers)["telesum-source-index"] for r in letters] == [b"3"]
     assert {dict(r.headers)["telesum-input-format"] for r in summaries} == {b"ves", b"syslog"}
-    assert _committed(kafka_bootstrap, settings.group_id, TopicPartition(inp, 0)) == 2
+    assert committed_offset(kafka_bootstrap, settings.group_id, TopicPartition(inp, 0)) == 2
 
 
 @pytest.mark.parametrize("guarantee", ["at-least-once", "exactly-once"])
@@ -77,7 +61,7 @@ def test_loop_log_lines_are_answered_per_host_window_each_line_once(kafka_bootst
     hosts = ["gnb-1", "gnb-2", "upf-3"]
     lines = [_line(hosts[i % 3], i) for i in range(60)]
     produce(kafka_bootstrap, inp, lines, keys=[hosts[i % 3].encode() for i in range(60)])
-    settings = _settings(kafka_bootstrap, inp, out, dlq, processing_guarantee=guarantee, window_s=1.0,
+    settings = worker_settings(kafka_bootstrap, inp, out, dlq, processing_guarantee=guarantee, window_s=1.0,
                          window_max_lines=8)
     fake = RecordingSummarizer()
     worker = KafkaWorker(settings, fake, model_name="fake")
@@ -102,13 +86,13 @@ def test_loop_log_lines_are_answered_per_host_window_each_line_once(kafka_bootst
     ends = consumer.end_offsets([TopicPartition(inp, 0), TopicPartition(inp, 1)])
     consumer.close()
     for tp, end in ends.items():
-        assert _committed(kafka_bootstrap, settings.group_id, tp) == end
+        assert committed_offset(kafka_bootstrap, settings.group_id, tp) == end
 
 
 def test_loop_open_windows_are_answered_in_the_drain(kafka_bootstrap, make_topic):
     inp, out, dlq = make_topic("in"), make_topic("out"), make_topic("dlq")
     produce(kafka_bootstrap, inp, [_line("gnb-1", i) for i in range(5)], keys=[None] * 5)
-    settings = _settings(kafka_bootstrap, inp, out, dlq, processing_guarantee="exactly-once", window_s=600.0)
+    settings = worker_settings(kafka_bootstrap, inp, out, dlq, processing_guarantee="exactly-once", window_s=600.0)
     fake = RecordingSummarizer()
     worker = KafkaWorker(settings, fake, model_name="fake")
     stop = threading.Event()
@@ -120,7 +104,7 @@ def test_loop_open_windows_are_answered_in_the_drain(kafka_bootstrap, make_topic
     got = consume(kafka_bootstrap, [out], lambda g: len(g) >= 1, wait_s=10)
     assert len(got) == 1 and msgspec.json.decode(got[0].value)["id"] == f"gnb-1@{inp}:0:0-4"
     assert worker.stats.drained_cleanly
-    assert _committed(kafka_bootstrap, settings.group_id, TopicPartition(inp, 0)) == 5
+    assert committed_offset(kafka_bootstrap, settings.group_id, TopicPartition(inp, 0)) == 5
 
 
 def test_unsplit_moves_a_commit_back_to_the_first_offset_of_a_staged_window():

@@ -6,24 +6,17 @@ from __future__ import annotations
 
 import collections
 import threading
-import uuid
 
 import pytest
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 
 from tests.kafka.fakes import GatedSummarizer, wait_for
 from tests.kafka.foreign import answered_ids, consume_committed, large_record, produce_foreign
+from tests.kafka.helpers import committed_offset, worker_settings
 from worker.kafka.loop import KafkaWorker
-from worker.settings.kafka import KafkaSettings
 from worker.kafka.undecodable import UndecodableBatch
 
 pytestmark = pytest.mark.kafka
-
-
-def _settings(bootstrap, inp, out, dlq, **kw) -> KafkaSettings:
-    return KafkaSettings(bootstrap_servers=bootstrap, input_topic=inp, output_topic=out, dlq_topic=dlq,
-                          group_id=f"g-{uuid.uuid4().hex}", session_timeout_ms=6000, heartbeat_interval_ms=500,
-                          commit_interval_s=0.1, poll_timeout_ms=50, **kw)
 
 
 def _run(worker: KafkaWorker, stop: threading.Event) -> tuple[threading.Thread, list]:
@@ -38,14 +31,6 @@ def _run(worker: KafkaWorker, stop: threading.Event) -> tuple[threading.Thread, 
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
     return thread, raised
-
-
-def _committed(bootstrap: str, group: str, tp: TopicPartition) -> int | None:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
-    try:
-        return consumer.committed(tp)
-    finally:
-        consumer.close()
 
 
 @pytest.fixture
@@ -65,7 +50,7 @@ def test_undecodable_batch_pauses_its_partition_serves_the_others_and_resumes(
 
     inp, out, dlq, ids0, ids1 = two_partitions_one_zstd_batch
     monkeypatch.setattr(kafka.codec, "has_zstd", lambda: False)  # as when `zstandard` is not installed
-    settings = _settings(kafka_bootstrap, inp, out, dlq, undecodable_retry_s=0.5)
+    settings = worker_settings(kafka_bootstrap, inp, out, dlq, undecodable_retry_s=0.5)
     worker = KafkaWorker(settings, GatedSummarizer(), model_name="fake")
     stop = threading.Event()
     thread, raised = _run(worker, stop)
@@ -76,7 +61,7 @@ def test_undecodable_batch_pauses_its_partition_serves_the_others_and_resumes(
     stuck = worker.consumer.stuck[bad]
     assert (stuck.offset, stuck.failures >= 2) == (3, True) and "zstd" in stuck.reason
     assert bad in worker.consumer.paused() and TopicPartition(inp, 1) not in worker.consumer.stuck
-    wait_for(lambda: _committed(kafka_bootstrap, settings.group_id, bad) == 3)  # nothing past it
+    wait_for(lambda: committed_offset(kafka_bootstrap, settings.group_id, bad) == 3)  # nothing past it
 
     monkeypatch.undo()  # the library is back: the next retry decodes the batch
     got = consume_committed(kafka_bootstrap, [out, dlq], lambda g: len(g) >= 17)
@@ -85,7 +70,7 @@ def test_undecodable_batch_pauses_its_partition_serves_the_others_and_resumes(
     assert not raised
     assert collections.Counter(answered_ids(got, out)) == collections.Counter(ids0 + ids1)
     assert worker.consumer.stuck == {} and worker.stats.dead_letters == 0
-    assert _committed(kafka_bootstrap, settings.group_id, bad) == len(ids0)
+    assert committed_offset(kafka_bootstrap, settings.group_id, bad) == len(ids0)
 
 
 def test_corrupt_batch_is_reported_stuck_with_its_offset(kafka_bootstrap, two_partitions_one_zstd_batch,
@@ -97,7 +82,7 @@ def test_corrupt_batch_is_reported_stuck_with_its_offset(kafka_bootstrap, two_pa
 
     inp, out, dlq, ids0, ids1 = two_partitions_one_zstd_batch
     monkeypatch.setattr(default_records, "zstd_decode", corrupt)
-    worker = KafkaWorker(_settings(kafka_bootstrap, inp, out, dlq), GatedSummarizer(), model_name="fake")
+    worker = KafkaWorker(worker_settings(kafka_bootstrap, inp, out, dlq), GatedSummarizer(), model_name="fake")
     stop = threading.Event()
     thread, raised = _run(worker, stop)
     got = consume_committed(kafka_bootstrap, [out, dlq], lambda g: len(g) >= 11)
@@ -116,7 +101,7 @@ def test_undecodable_batch_exit_drains_the_other_partitions_then_raises(
 
     inp, out, dlq, ids0, ids1 = two_partitions_one_zstd_batch
     monkeypatch.setattr(kafka.codec, "has_zstd", lambda: False)
-    settings = _settings(kafka_bootstrap, inp, out, dlq, on_undecodable_batch="exit",
+    settings = worker_settings(kafka_bootstrap, inp, out, dlq, on_undecodable_batch="exit",
                          processing_guarantee="exactly-once")
     worker = KafkaWorker(settings, GatedSummarizer(), model_name="fake")
     thread, raised = _run(worker, threading.Event())
@@ -128,5 +113,5 @@ def test_undecodable_batch_exit_drains_the_other_partitions_then_raises(
     answered = set(answered_ids(got, out))
     # What was read before the stop is answered and committed; nothing of the bad batch or after it.
     assert answered <= set(ids0[:3] + ids1) and not answered & set(ids0[3:])
-    committed = _committed(kafka_bootstrap, settings.group_id, TopicPartition(inp, 0))
+    committed = committed_offset(kafka_bootstrap, settings.group_id, TopicPartition(inp, 0))
     assert committed is None or committed <= 3
