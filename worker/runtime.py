@@ -8,10 +8,9 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
-from worker.settings.budgets import GPU_MAX_SEQS_PER_BIN, GPU_TOKEN_BUDGET, Budgets, Probed, resolve_budgets
+from worker.settings.budgets import GPU_TOKEN_BUDGET, Budgets, Probed, resolve_budgets
 from worker.settings.load import LoadedSettings
 from worker.settings.sections import EngineSettings
 
@@ -74,14 +73,6 @@ def _load_model(engine: EngineSettings):
                                    tokenizer=engine.tokenizer or True)
 
 
-@dataclass(frozen=True)
-class _ProbedBudgets:
-    token_budget: int
-    kv_rows: int
-    max_seqs_per_bin: int
-    max_decode_seqs: int
-
-
 def probe_budgets(loaded, device, engine: EngineSettings, loaded_settings: LoadedSettings) -> Probed | None:
     """The Phase 0 probe's budgets for this (model, device) on a GPU (cached per GPU, model, dtype and
     torch version; probed when there is no valid entry), or None on CPU or when the probe fails.
@@ -101,8 +92,8 @@ def probe_budgets(loaded, device, engine: EngineSettings, loaded_settings: Loade
         log.warning("probe: %s; using the device defaults", exc)
         return None
     log.info("probe (%s, %.1f s): bin %d tokens, %d KV rows, %d sequences in flight (%s)", found.source,
-             found.seconds, found.bin_tokens, found.kv_rows, found.max_seqs, found.cache_path)
-    return _ProbedBudgets(found.bin_tokens, found.kv_rows, min(found.max_seqs, GPU_MAX_SEQS_PER_BIN), found.max_seqs)
+             found.seconds, found.token_budget, found.kv_rows, found.max_decode_seqs, found.cache_path)
+    return found
 
 
 def budgets_for(loaded_settings: LoadedSettings, loaded) -> Budgets:

@@ -150,7 +150,7 @@ def test_probe_through_the_real_passes_finds_the_injected_limit(loaded):
         handle.remove()
     limit = capacity // (per_row + per_token)
     assert limit * 0.99 - ALIGN <= r.bin_limit <= limit
-    assert r.bin_tokens == int(r.bin_limit * (1 - BIN_MARGIN)) // ALIGN * ALIGN
-    assert r.bin_tokens * per_token + (r.kv_rows + 1) * per_row <= capacity
-    bucket = min(b for b in decode_buckets(1024) if b >= r.max_seqs)  # decode pads the batch to its bucket
-    assert r.max_seqs == r.kv_rows // (128 + 32) and bucket in shapes  # the decode trial ran that batch
+    assert r.token_budget == int(r.bin_limit * (1 - BIN_MARGIN)) // ALIGN * ALIGN
+    assert r.token_budget * per_token + (r.kv_rows + 1) * per_row <= capacity
+    bucket = min(b for b in decode_buckets(1024) if b >= r.max_decode_seqs)  # decode pads the batch to its bucket
+    assert r.max_decode_seqs == r.kv_rows // (128 + 32) and bucket in shapes  # the decode trial ran that batch

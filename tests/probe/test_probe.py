@@ -118,15 +118,15 @@ def test_run_probe_bin_within_one_percent_of_the_limit_in_few_trials():
 def test_run_probe_applies_the_bin_margin_and_fills_the_rest_with_kv_rows():
     dev = FakeDevice()
     r = run_probe(dev, max_new_tokens=128, typical_prompt_tokens=1024)
-    assert r.bin_tokens == max(ALIGN, int(r.bin_limit * (1 - BIN_MARGIN)) // ALIGN * ALIGN)
+    assert r.token_budget == max(ALIGN, int(r.bin_limit * (1 - BIN_MARGIN)) // ALIGN * ALIGN)
     assert r.headroom_bytes == headroom_for(dev.total_bytes)
     # the bin and the whole arena run together, with the headroom (less the logits) to spare ...
-    need = dev.need(r.bin_tokens, r.kv_rows, r.seq_tokens, True)
+    need = dev.need(r.token_budget, r.kv_rows, r.seq_tokens, True)
     assert need <= dev.free
     assert dev.free - need <= r.headroom_bytes + dev.kv_bytes_per_row
     # ... and a bin 15 % larger beside that arena does not
-    assert dev.need(int(r.bin_tokens * 1.15), r.kv_rows, r.seq_tokens, True) > dev.free
-    assert r.max_seqs == r.kv_rows // (r.seq_tokens + 128)
+    assert dev.need(int(r.token_budget * 1.15), r.kv_rows, r.seq_tokens, True) > dev.free
+    assert r.max_decode_seqs == r.kv_rows // (r.seq_tokens + 128)
     assert r.peak_bytes == dev.resident_bytes + need
 
 
@@ -135,22 +135,22 @@ def test_run_probe_shrinks_the_arena_when_the_full_pass_needs_more():
     r = run_probe(dev, max_new_tokens=128, typical_prompt_tokens=1024)
     full = [t for t in r.trials if t["why"] == "bin and arena together"]
     assert full[-1]["ok"] and not full[0]["ok"]
-    assert dev.need(r.bin_tokens, r.kv_rows, r.seq_tokens, True) <= dev.free
+    assert dev.need(r.token_budget, r.kv_rows, r.seq_tokens, True) <= dev.free
 
 
 def test_run_probe_decode_memory_limits_the_sequences():
     dev = FakeDevice(decode_per_seq=200_000_000)  # sampling temporaries past the headroom
     r = run_probe(dev, max_new_tokens=128, typical_prompt_tokens=1024)
-    assert r.max_seqs < r.kv_rows // (r.seq_tokens + 128)
-    assert dev.decode(r.max_seqs, 0, r.kv_rows, 128).ok
+    assert r.max_decode_seqs < r.kv_rows // (r.seq_tokens + 128)
+    assert dev.decode(r.max_decode_seqs, 0, r.kv_rows, 128).ok
     largest = (dev.free - (r.kv_rows + 1) * dev.kv_bytes_per_row) // dev.decode_per_seq
-    assert largest * 0.99 <= r.max_seqs <= largest
+    assert largest * 0.99 <= r.max_decode_seqs <= largest
 
 
 def test_run_probe_with_a_given_bin_only_plans_the_arena_beside_it():
     dev = FakeDevice()
     r = run_probe(dev, max_new_tokens=64, typical_prompt_tokens=1024, bin_tokens=65536)
-    assert r.bin_tokens == 65536 and r.bin_limit == 0
+    assert r.token_budget == 65536 and r.bin_limit == 0
     assert not [t for t in r.trials if t["why"] in ("bytes per token", "largest bin")]
     assert r.kv_rows > 65536 and dev.need(65536, r.kv_rows, 1024, True) <= dev.free
 
@@ -194,7 +194,7 @@ def test_probe_budgets_second_call_is_a_cache_hit(tmp_path):
     second = _probe(tmp_path, dev)
     assert first.source == "probe" and second.source == "cache"
     assert _num_trials(dev) == n  # nothing measured again
-    for name in ("bin_tokens", "kv_rows", "max_seqs", "peak_bytes", "bin_limit", "free_bytes"):
+    for name in ("token_budget", "kv_rows", "max_decode_seqs", "peak_bytes", "bin_limit", "free_bytes"):
         assert getattr(first, name) == getattr(second, name)
     assert second.cache_path == first.cache_path and Path(second.cache_path).parent == tmp_path
 
@@ -227,8 +227,8 @@ def test_probe_budgets_other_gpu_misses_the_cache(tmp_path):
     lambda text: "\x00garbage",
     lambda text: json.dumps([1, 2, 3]),
     lambda text: text.replace('"kv_rows": ', '"kv_rows": -'),  # negative
-    lambda text: text.replace('"max_seqs": ', '"max_seqs": "'),  # wrong type (string)
-    lambda text: text.replace('"version": 1', '"version": 0'),   # an older probe's entry
+    lambda text: text.replace('"max_decode_seqs": ', '"max_decode_seqs": "'),  # wrong type (string)
+    lambda text: text.replace('"version": 2', '"version": 1'),   # an older probe's entry
     lambda text: text.replace('"free_at_start_bytes": ', '"free_at_start_bytes": -'),
 ])
 def test_probe_budgets_corrupt_entry_is_probed_again_and_rewritten(tmp_path, damage, caplog):
@@ -243,6 +243,25 @@ def test_probe_budgets_corrupt_entry_is_probed_again_and_rewritten(tmp_path, dam
     assert again.source == "probe"
     assert "probing again" in caplog.text
     assert json.loads(path.read_text())["budgets"]["kv_rows"] == first.kv_rows  # a valid entry again
+    assert _probe(tmp_path, dev).source == "cache"
+
+
+@pytest.mark.parametrize("old_version", [False, True])
+def test_probe_budgets_entry_of_the_old_field_names_is_a_miss(tmp_path, caplog, old_version):
+    # Before the probe spoke the settings' names its entries held bin_tokens and max_seqs (version 1).
+    dev = FakeDevice()
+    first = _probe(tmp_path, dev)
+    path = Path(first.cache_path)
+    entry = json.loads(path.read_text())
+    budgets = entry["budgets"]
+    budgets["bin_tokens"], budgets["max_seqs"] = budgets.pop("token_budget"), budgets.pop("max_decode_seqs")
+    if old_version:
+        entry["key"]["version"] = 1
+    path.write_text(json.dumps(entry))
+    again = _probe(tmp_path, dev)
+    assert again.source == "probe" and again.max_decode_seqs == first.max_decode_seqs
+    assert "probing again" in caplog.text
+    assert "max_seqs" not in json.loads(path.read_text())["budgets"]  # rewritten in the current format
     assert _probe(tmp_path, dev).source == "cache"
 
 
@@ -267,7 +286,7 @@ def test_probe_budgets_unwritable_cache_still_returns_budgets(tmp_path):
     blocker.write_text("not a folder")
     b = probe_budgets(_Loaded(ModelConfig.tiny()), "cpu", max_new_tokens=128, cache_dir=blocker,
                       measurer=FakeDevice())
-    assert b.source == "probe" and b.bin_tokens > 0
+    assert b.source == "probe" and b.token_budget > 0
 
 
 def test_probe_budgets_on_cpu_without_a_measurer_is_refused():

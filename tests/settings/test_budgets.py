@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from worker import _native
 from worker.dispatch import BinDispatcher
+from worker.probe import ProbeResult
 from worker.settings.budgets import (ALIGNMENT, CPU_MAX_SEQS_PER_BIN, CPU_TOKEN_BUDGET, GPU_MAX_SEQS_PER_BIN,
                                      GPU_TOKEN_BUDGET, LATENCY_CAP_S, QUEUE_CAPACITY_TOKENS, resolve_budgets)
 from worker.settings.load import from_values, load_settings
 
 
-@dataclass(frozen=True)
-class _Probed:
-    token_budget: int = 40000
-    kv_rows: int = 300000
-    max_seqs_per_bin: int = 700
+def _probed(max_decode_seqs: int = 700) -> ProbeResult:
+    return ProbeResult(token_budget=40000, kv_rows=300000, max_decode_seqs=max_decode_seqs, peak_bytes=100 * 2**30,
+                       seconds=20.0, warmup_seconds=3.0, source="probe", bin_limit=0, free_bytes=120 * 2**30,
+                       headroom_bytes=4 * 2**30, seq_tokens=1024, device_name="NVIDIA H200", total_bytes=140 * 2**30)
 
 
 def test_budgets_gpu_default_is_the_offline_configuration():
@@ -31,11 +29,23 @@ def test_budgets_cpu_default():
 
 
 def test_budgets_probe_fills_only_what_the_operator_left_unset():
-    b = resolve_budgets(load_settings(None, {"TELESUM_TOKEN_BUDGET": "8192"}), "cuda", _Probed())
-    assert (b.token_budget, b.max_seqs_per_bin, b.kv_rows) == (8192, 700, 300000)
+    b = resolve_budgets(load_settings(None, {"TELESUM_TOKEN_BUDGET": "8192"}), "cuda", _probed())
+    assert (b.token_budget, b.max_seqs_per_bin, b.kv_rows, b.max_decode_seqs) == (8192, 700, 300000, 700)
     assert b.sources == {"token_budget": "env TELESUM_TOKEN_BUDGET", "max_seqs_per_bin": "probe",
                          "kv_rows": "probe"}
     assert "token_budget=8192 (env TELESUM_TOKEN_BUDGET)" in b.describe()
+
+
+def test_budgets_probe_sequences_in_flight_bound_each_bin_up_to_the_gpu_default():
+    many = resolve_budgets(load_settings(None, {}), "cuda", _probed(max_decode_seqs=5000))
+    assert (many.max_seqs_per_bin, many.max_decode_seqs) == (GPU_MAX_SEQS_PER_BIN, 5000)
+    set_by_operator = resolve_budgets(load_settings(None, {"TELESUM_MAX_SEQS_PER_BIN": "64"}), "cuda", _probed(5000))
+    assert (set_by_operator.max_seqs_per_bin, set_by_operator.sources["max_seqs_per_bin"]) == (
+        64, "env TELESUM_MAX_SEQS_PER_BIN")
+
+
+def test_budgets_without_a_probe_have_no_decode_bound():
+    assert resolve_budgets(load_settings(None, {}), "cuda").max_decode_seqs is None
 
 
 def test_budgets_same_for_both_commands_settings():

@@ -78,12 +78,13 @@ def run(args: argparse.Namespace) -> int:
 
 def format_table(b, model: str, dtype: str, max_new_tokens: int) -> str:
     gib = 2**30
-    limit = (f"{100 * b.bin_tokens / b.bin_limit:.0f} % of the largest bin that ran, {b.bin_limit:,}"
+    limit = (f"{100 * b.token_budget / b.bin_limit:.0f} % of the largest bin that ran, {b.bin_limit:,}"
              if b.bin_limit else "given")
     rows = [
-        ("bin tokens", f"{b.bin_tokens:,}", limit),
-        ("KV rows", f"{b.kv_rows:,}", f"{b.kv_rows // max(1, b.max_seqs):,} rows per sequence"),
-        ("max sequences", f"{b.max_seqs:,}", f"{b.seq_tokens:,}-token prompts + {max_new_tokens} new tokens"),
+        ("token_budget", f"{b.token_budget:,}", "tokens per prefill bin; " + limit),
+        ("kv_rows", f"{b.kv_rows:,}", f"{b.kv_rows // max(1, b.max_decode_seqs):,} rows per sequence"),
+        ("max_decode_seqs", f"{b.max_decode_seqs:,}",
+         f"sequences in flight: {b.seq_tokens:,}-token prompts + {max_new_tokens} new tokens"),
         ("peak memory", f"{b.peak_bytes / gib:.1f} GiB", f"of {b.total_bytes / gib:.1f} GiB; "
                                                         f"{b.headroom_bytes / gib:.1f} GiB kept free"),
         ("seconds", f"{b.seconds:.1f}", f"probe time, {b.warmup_seconds:.1f} s of it the first passes"
@@ -91,4 +92,4 @@ def format_table(b, model: str, dtype: str, max_new_tokens: int) -> str:
         ("source", b.source, b.cache_path or ""),
     ]
     head = f"{b.device_name}, {model} ({dtype})"
-    return "\n".join([head] + [f"  {name:<14} {value:>14}   {note}" for name, value, note in rows])
+    return "\n".join([head] + [f"  {name:<15} {value:>14}   {note}" for name, value, note in rows])

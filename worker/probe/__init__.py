@@ -1,8 +1,8 @@
 """Phase 0: the prefill bin, KV arena and sequence budgets measured on the GPU for the loaded model.
 
-    budgets = probe_budgets(loaded, device, max_new_tokens=128)
+    result = probe_budgets(loaded, device, max_new_tokens=128)
 
-returns the cached budgets for this GPU, model shape, dtype and torch version, or probes them (see
+returns a `ProbeResult`: the cached budgets for this GPU, model shape, dtype and torch version, or probes them (see
 `worker.probe.search` for the method and its margins, `worker.probe.measure` for the trials) and
 caches the result (`worker.probe.cache`). Call it after loading the model and before allocating
 anything else large on the device (the KV arena above all): it measures what is free.
@@ -17,18 +17,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from worker.probe.cache import cache_key, cache_path, default_cache_dir, load_entry, model_fingerprint, store_entry
-from worker.probe.search import TYPICAL_PROMPT_TOKENS, ProbeError, ProbeResult, run_probe
+from worker.probe.search import TYPICAL_PROMPT_TOKENS, ProbeError, SearchResult, run_probe
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Budgets", "ProbeError", "probe_budgets"]
+__all__ = ["ProbeError", "ProbeResult", "probe_budgets"]
 
 
 @dataclass(frozen=True)
-class Budgets:
-    bin_tokens: int       # tokens per packed prefill bin (the dispatcher's token_budget)
+class ProbeResult:
+    """One measurement of the largest safe budgets, named as in `worker.settings.budgets` (whose
+    `resolve_budgets` takes it as is) and with the figures behind them."""
+
+    token_budget: int     # tokens per packed prefill bin (the dispatcher's token_budget)
     kv_rows: int          # rows of the KV arena
-    max_seqs: int         # sequences in flight at once (prompt + max_new_tokens rows each, typical prompt)
+    max_decode_seqs: int  # sequences in flight at once (prompt + max_new_tokens rows each, typical prompt)
     peak_bytes: int       # device memory allocated at the peak of the checks, model included
     seconds: float        # how long the probe took (the probe's own time when read from the cache)
     warmup_seconds: float  # of which the first passes (compilation, library workspaces)
@@ -36,7 +39,7 @@ class Budgets:
     bin_limit: int        # the largest bin that ran beside only its own KV rows (0 when the bin was given)
     free_bytes: int       # free device memory when probed
     headroom_bytes: int   # memory left free beside the bin's activations and the arena
-    seq_tokens: int       # the typical prompt length max_seqs assumes
+    seq_tokens: int       # the typical prompt length max_decode_seqs assumes
     device_name: str
     total_bytes: int
     cache_path: str | None = None
@@ -45,13 +48,13 @@ class Budgets:
         return dataclasses.asdict(self)
 
 
-_MEASURED = ("bin_tokens", "kv_rows", "max_seqs", "peak_bytes", "seconds", "warmup_seconds", "bin_limit",
-             "free_bytes", "headroom_bytes", "seq_tokens")
+_MEASURED = ("token_budget", "kv_rows", "max_decode_seqs", "peak_bytes", "seconds", "warmup_seconds",
+             "bin_limit", "free_bytes", "headroom_bytes", "seq_tokens")
 
 
 def probe_budgets(loaded, device, *, max_new_tokens: int, typical_prompt_tokens: int = TYPICAL_PROMPT_TOKENS,
                   bin_tokens: int | None = None, refresh: bool = False, cache_dir: Path | None = None,
-                  measurer=None) -> Budgets:
+                  measurer=None) -> ProbeResult:
     """Budgets for `loaded` (a LoadedModel already on `device`): from the cache, else probed and cached.
 
     bin_tokens: a bin size fixed by the operator; only the arena and sequences are probed beside it.
@@ -78,17 +81,18 @@ def probe_budgets(loaded, device, *, max_new_tokens: int, typical_prompt_tokens:
         started = time.perf_counter()
         entry = load_entry(path, key, free_bytes=free_at_start)
         if entry is not None:
-            budgets = Budgets(**{k: entry[k] for k in _MEASURED}, source="cache", **common)
+            cached = ProbeResult(**{k: entry[k] for k in _MEASURED}, source="cache", **common)
             log.info("probe budgets from the cache %s (read in %.3f s)", path, time.perf_counter() - started)
-            return budgets
+            return cached
     log.info("probing %s on %s (%.1f GiB): bin size, KV arena, sequences", loaded.name,
              measurer.device_name, measurer.total_bytes / 2**30)
-    result: ProbeResult = run_probe(measurer, max_new_tokens=max_new_tokens,
+    result: SearchResult = run_probe(measurer, max_new_tokens=max_new_tokens,
                                     typical_prompt_tokens=typical_prompt_tokens, bin_tokens=bin_tokens,
                                     log=log.debug)
     figures = {k: getattr(result, k) for k in _MEASURED}
     store_entry(path, key, figures, free_at_start_bytes=free_at_start)
-    budgets = Budgets(**figures, source="probe", **common)
+    probed = ProbeResult(**figures, source="probe", **common)
     log.info("probed in %.1f s: bin %d tokens, %d KV rows, %d sequences, peak %.1f GiB",
-             result.seconds, budgets.bin_tokens, budgets.kv_rows, budgets.max_seqs, budgets.peak_bytes / 2**30)
-    return budgets
+             result.seconds, probed.token_budget, probed.kv_rows, probed.max_decode_seqs,
+             probed.peak_bytes / 2**30)
+    return probed

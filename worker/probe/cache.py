@@ -23,9 +23,9 @@ from worker.settings.environment import CACHE_DIR as CACHE_DIR_ENV
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 1       # bump when what the probe measures or how changes
+CACHE_VERSION = 2       # bump when what the probe measures, how, or the entry's field names change
 FREE_TOLERANCE = 0.02   # of the device's memory: free memory may differ this much from the probe's
-_INT_FIELDS = ("bin_tokens", "kv_rows", "max_seqs", "peak_bytes", "bin_limit", "free_bytes",
+_INT_FIELDS = ("token_budget", "kv_rows", "max_decode_seqs", "peak_bytes", "bin_limit", "free_bytes",
                "headroom_bytes", "seq_tokens")
 
 
@@ -101,11 +101,11 @@ def _check(entry, key: dict, free_bytes: int) -> str | None:
         value = b.get(name)
         if type(value) is not int or value < 0:
             return f"field {name!r} is {value!r}, not a non-negative integer"
-    for name in ("bin_tokens", "kv_rows", "max_seqs"):
+    for name in ("token_budget", "kv_rows", "max_decode_seqs"):
         if b[name] < 1:
             return f"field {name!r} is {b[name]}"
-    if b["kv_rows"] < b["bin_tokens"]:
-        return f"kv_rows {b['kv_rows']} is below bin_tokens {b['bin_tokens']}"
+    if b["kv_rows"] < b["token_budget"]:
+        return f"kv_rows {b['kv_rows']} is below token_budget {b['token_budget']}"
     for name in ("seconds", "warmup_seconds"):
         value = b.get(name)
         if type(value) not in (int, float) or value < 0:

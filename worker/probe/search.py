@@ -67,10 +67,10 @@ class Measurer(Protocol):
 
 
 @dataclass(frozen=True)
-class ProbeResult:
-    bin_tokens: int        # the prefill bin budget (tokens)
+class SearchResult:
+    token_budget: int      # the prefill bin budget (tokens)
     kv_rows: int           # the KV arena's rows
-    max_seqs: int          # sequences that can be in flight at once
+    max_decode_seqs: int   # sequences that can be in flight (decoding) at once
     peak_bytes: int        # device memory allocated at the peak of the checks (model included)
     bin_limit: int         # the largest bin that ran beside only its own KV rows (0: bin given)
     free_bytes: int        # free device memory when the probe started
@@ -173,7 +173,7 @@ def slab_rows(bin_tokens: int, seq_tokens: int, max_new_tokens: int) -> int:
 
 def run_probe(m: Measurer, *, max_new_tokens: int, typical_prompt_tokens: int = TYPICAL_PROMPT_TOKENS,
               bin_tokens: int | None = None, sample_tokens: tuple[int, int] = SAMPLE_TOKENS,
-              log: Callable[[str], None] = lambda _: None) -> ProbeResult:
+              log: Callable[[str], None] = lambda _: None) -> SearchResult:
     """Find the budgets (steps in the module docstring). bin_tokens given: only steps 4-6 for it."""
     started = time.perf_counter()
     trials: list[dict] = []
@@ -258,6 +258,6 @@ def run_probe(m: Measurer, *, max_new_tokens: int, typical_prompt_tokens: int = 
     if max_seqs < 1:
         raise ProbeError(f"{m.device_name}: not one sequence of {context + 1} rows decodes beside the arena")
     peak = m.resident_bytes + max(verify.peak_bytes, decode_peak.get(max_seqs, 0))
-    return ProbeResult(bin_tokens=bin_tokens, kv_rows=kv_rows, max_seqs=max_seqs, peak_bytes=peak,
-                       bin_limit=bin_limit, free_bytes=free, headroom_bytes=headroom, seq_tokens=seq,
-                       seconds=time.perf_counter() - started, warmup_seconds=warmup_s, trials=trials)
+    return SearchResult(token_budget=bin_tokens, kv_rows=kv_rows, max_decode_seqs=max_seqs, peak_bytes=peak,
+                        bin_limit=bin_limit, free_bytes=free, headroom_bytes=headroom, seq_tokens=seq,
+                        seconds=time.perf_counter() - started, warmup_seconds=warmup_s, trials=trials)

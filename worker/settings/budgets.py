@@ -30,11 +30,12 @@ BUDGETS = ("token_budget", "max_seqs_per_bin", "kv_rows")
 
 
 class Probed(Protocol):
-    """What a run-time probe reports for one (model, device): the largest safe budgets."""
+    """What a run-time probe reports for one (model, device): the largest safe budgets
+    (`worker.probe.ProbeResult`)."""
 
     token_budget: int
     kv_rows: int
-    max_seqs_per_bin: int
+    max_decode_seqs: int  # sequences in flight at once, not per bin
 
 
 @dataclass(frozen=True)
@@ -72,10 +73,18 @@ def resolve_budgets(loaded: "LoadedSettings", device_type: str, probed: Probed |
         if loaded.is_set(path):
             values[name], sources[name] = getattr(engine, name), loaded.source(path)
         elif probed is not None:
-            values[name], sources[name] = getattr(probed, name), "probe"
+            values[name], sources[name] = _probed_value(probed, name), "probe"
         else:
             values[name] = defaults[name]
             sources[name] = (f"default for {device_type}" if defaults[name] is not None
                              else "derived: two full bins, at least one context")
     return Budgets(values["token_budget"], values["max_seqs_per_bin"], values["kv_rows"], sources,
-                   getattr(probed, "max_decode_seqs", None))
+                   probed.max_decode_seqs if probed is not None else None)
+
+
+def _probed_value(probed: Probed, name: str) -> int:
+    # The probe measures sequences in flight, not per bin: a bin never holds more than can be in
+    # flight at once, nor more than the GPU default (the probe runs only on a GPU).
+    if name == "max_seqs_per_bin":
+        return min(probed.max_decode_seqs, GPU_MAX_SEQS_PER_BIN)
+    return getattr(probed, name)
