@@ -78,16 +78,16 @@ def one_shape(name: str, out: Path, max_new_tokens: int) -> dict:
     t0 = time.perf_counter()
     cached = probe_budgets(loaded, "cuda", max_new_tokens=max_new_tokens, cache_dir=out / "cache")
     res["second_call"] = {"source": cached.source, "seconds": round(time.perf_counter() - t0, 3),
-                          "same": (cached.bin_tokens, cached.kv_rows, cached.max_seqs) ==
-                          (b.bin_tokens, b.kv_rows, b.max_seqs)}
+                          "same": (cached.token_budget, cached.kv_rows, cached.max_decode_seqs) ==
+                          (b.token_budget, b.kv_rows, b.max_decode_seqs)}
     seq = b.seq_tokens
-    above = (int(b.bin_tokens * 1.15) // ALIGN) * ALIGN
-    res["beside_arena_probed_bin"] = full_pass(m, b.bin_tokens, b.kv_rows, seq)
+    above = (int(b.token_budget * 1.15) // ALIGN) * ALIGN
+    res["beside_arena_probed_bin"] = full_pass(m, b.token_budget, b.kv_rows, seq)
     res["beside_arena_15pct_above"] = full_pass(m, above, b.kv_rows, seq)
     res["alone_bin_limit"] = full_pass(m, b.bin_limit, b.bin_limit, seq)
     over = (int(b.bin_limit * 1.05) // ALIGN) * ALIGN
     res["alone_5pct_above_limit"] = full_pass(m, over, over, seq)
-    res["probed_bin_over_limit"] = round(b.bin_tokens / b.bin_limit, 4)
+    res["probed_bin_over_limit"] = round(b.token_budget / b.bin_limit, 4)
     res["memory_gib"] = {
         "total": round(b.total_bytes / GiB, 2), "model": res["model_gib"],
         "kv_arena": round((b.kv_rows + 1) * m.kv_bytes_per_row / GiB, 2),
@@ -122,12 +122,22 @@ def chart(res: dict, path: Path) -> None:
                         ha="center", va="bottom")
         p = r["probe"]
         ax.set_title(f"{r['shape']}: probe {p['seconds']:.1f} s, {p['kv_rows'] / 1e3:,.0f}k KV rows, "
-                     f"{p['max_seqs']:,} seqs", fontsize=9)
+                     f"{_in_flight(p):,} seqs", fontsize=9)
         ax.set_ylabel("prefill bin, thousand tokens (full pass)")
         ax.tick_params(axis="x", labelsize=8)
     fig.suptitle(f"telesum probe on {res['device']}, {res['date']}, torch {res['torch']}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+# Results written before the probe spoke the settings' names (bench/results/gpu/gpu_probe.json,
+# 2026-12-01) hold bin_tokens and max_seqs; --chart-from still reads them.
+def _bin(p: dict) -> int:
+    return p["token_budget"] if "token_budget" in p else p["bin_tokens"]
+
+
+def _in_flight(p: dict) -> int:
+    return p["max_decode_seqs"] if "max_decode_seqs" in p else p["max_seqs"]
 
 
 def print_table(res: dict) -> None:
@@ -137,8 +147,9 @@ def print_table(res: dict) -> None:
     for name, r in res["shapes"].items():
         p = r["probe"]
         print(f"\n{r['shape']} (model {r['model_gib']} GiB)")
-        print(f"  probe: {p['seconds']:.1f} s ({p['warmup_seconds']:.1f} s of it warm-up), bin {p['bin_tokens']:,} tokens "
-              f"(limit {p['bin_limit']:,}), KV rows {p['kv_rows']:,}, max seqs {p['max_seqs']:,}, "
+        print(f"  probe: {p['seconds']:.1f} s ({p['warmup_seconds']:.1f} s of it warm-up), "
+              f"token_budget {_bin(p):,} (limit {p['bin_limit']:,}), kv_rows {p['kv_rows']:,}, "
+              f"max_decode_seqs {_in_flight(p):,}, "
               f"peak {p['peak_bytes'] / GiB:.1f} GiB of {p['total_bytes'] / GiB:.1f}")
         print(f"  second call: {r['second_call']}")
         for key in ("beside_arena_probed_bin", "beside_arena_15pct_above", "alone_bin_limit",

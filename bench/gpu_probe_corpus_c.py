@@ -80,8 +80,9 @@ def summarize_corpus(loaded, budgets, docs: list[np.ndarray], new_tokens: int) -
     rng = np.random.default_rng(7)
     template = rng.integers(100, cfg.vocab_size - 100, size=TEMPLATE_TOKENS).tolist()
     arena = KVArena(cfg, budgets.kv_rows, dtype=loaded.dtype, device=torch.device("cuda"))
-    disp = BinDispatcher(budgets.bin_tokens, alignment=16, max_seqs_per_bin=max(1, min(budgets.max_seqs, 1024)),
-                         queue_capacity_tokens=sum(len(d) for d in docs) + 2 * budgets.bin_tokens)
+    disp = BinDispatcher(budgets.token_budget, alignment=16,
+                         max_seqs_per_bin=max(1, min(budgets.max_decode_seqs, 1024)),
+                         queue_capacity_tokens=sum(len(d) for d in docs) + 2 * budgets.token_budget)
     engine = Engine(ModelRunner(loaded.model, arena.cache, "cuda"), disp, arena.slabs, eos_ids=(),
                     max_context=cfg.max_position_embeddings)
     params = SamplingParams(max_new_tokens=new_tokens)
