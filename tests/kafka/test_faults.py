@@ -6,7 +6,8 @@ import signal
 
 import pytest
 
-from worker.benchmarks.faults import Plan, run_plan
+from worker.benchmarks.faults_plan import Plan
+from worker.benchmarks.faults_scenario import run_plan
 
 pytestmark = pytest.mark.kafka
 

@@ -1,0 +1,51 @@
+"""The report of one `telesum bench faults` scenario: what is missing or duplicated, how fast the
+inputs were answered, and what became of the huge record."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from worker.benchmarks.faults_answers import AnswerReader
+from worker.benchmarks.faults_plan import Plan
+
+
+def scenario_report(plan: Plan, answers: AnswerReader, sent: dict[tuple[int, int], tuple[float, int]], *,
+                    total: int, topics: tuple[str, str, str], with_huge: bool, logs: list[Path],
+                    done_faults: list[tuple[str, int]], codes: list[int], finished_s: float) -> dict:
+    """Missing inputs, duplicates, latencies (answer time minus produce time), faults and exit codes."""
+    huge_key = next((k for k, (_, size) in sent.items() if size >= plan.huge_bytes), None) if with_huge else None
+    latencies = {k: min(ts) - sent[k][0] for k, ts in answers.times.items() if k in sent}
+    answered_at = sorted(min(ts) for ts in answers.times.values())
+    short = [v for k, v in latencies.items() if k != huge_key]
+    aborts = sum(Path(p).read_text(errors="replace").count("terminate called") for p in logs)
+    return {
+        "guarantee": plan.guarantee, "inputs": total, "answered": len(set(answers.times) & set(sent)),
+        "missing": sorted(set(sent) - set(answers.times)),
+        "duplicates": sum(len(ts) - 1 for ts in answers.times.values()),
+        "faults": done_faults, "exit_codes": codes, "native_aborts": aborts,
+        "seconds": round(finished_s, 1),
+        # first to last answer: the worker's start-up stays out
+        "records_per_s": round((len(answered_at) - 1) / (answered_at[-1] - answered_at[0]), 2)
+        if len(answered_at) > 1 and answered_at[-1] > answered_at[0] else None,
+        "short_latency_s": {"p50": _pct(short, 50), "p99": _pct(short, 99), "max": max(short, default=None)},
+        "huge_latency_s": latencies.get(huge_key) if huge_key else None,
+        "huge_answer": _describe(answers.first.get(huge_key), topics) if huge_key else None,
+        "reader_error": repr(answers.error) if answers.error else None,
+    }
+
+
+def _describe(answer: tuple[str, bytes] | None, topics: tuple[str, str, str]) -> dict | None:
+    if answer is None:
+        return None
+    body = msgspec.json.decode(answer[1])
+    if answer[0] == topics[2]:
+        return {"dead_letter": body.get("reason")}
+    return {"summary": True, "hierarchical": body.get("hierarchical"), "chunks": body.get("chunks"),
+            "selection": body.get("selection")}
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    return round(float(np.percentile(values, q)), 3) if values else None
