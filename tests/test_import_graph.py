@@ -17,7 +17,7 @@ LAYERS: list[set[str]] = [
     {"dispatch", "facts", "model", "metrics"},
     {"engine", "ops", "inputs"},
     {"prompts", "probe", "kafka"},               # prompts own the sampling policy, so they sit above the engine
-    {"preprocess", "long_inputs"},
+    {"preprocess", "long_inputs", "summary_assembly"},  # summary_assembly: a record's progress -> Summary
     {"long_records", "in_order"},                # a long record's pieces and merges; offline in-order results
     {"summarizer"},
     {"runtime"},                                 # settings -> a running Summarizer

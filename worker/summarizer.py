@@ -17,7 +17,6 @@ import queue
 import threading
 import time
 from collections.abc import Hashable, Iterable, Iterator
-from dataclasses import dataclass, field
 
 from worker.dispatch import Backpressure
 from worker.engine.engine import Engine
@@ -28,15 +27,13 @@ from worker.engine.prefix_reuse import PrefixReuse
 from worker.engine.runner import ModelRunner
 from worker.engine.sequence import SamplingParams, Sequence, SequenceStatus
 from worker.engine.sizing import arena_rows, default_kv_rows  # noqa: F401 - default_kv_rows: re-exported
-from worker.engine.stops import first_stop
-from worker.facts.agreement import check_narrative
 from worker.in_order import results_in_order, summarize_all
 from worker.long_records import WAKE, LongRecords, MergeDue
-from worker.messages import Facts, Summary, TelemetryRecord, Timings
+from worker.messages import Facts, Summary, TelemetryRecord
 from worker.preprocess import Prepared, Preprocessor, default_workers, tokenize_messages
 from worker.prompts import approx_tokens
-from worker.prompts.opening import answer_opening, with_opening
 from worker.prompts.sampling import default_sampling  # noqa: F401  (re-exported; owned by worker.prompts.sampling)
+from worker.summary_assembly import RecordRequest, assemble_summary, finished_text
 
 log = logging.getLogger(__name__)
 
@@ -52,26 +49,6 @@ OVER_CAP_POLICIES = ("select", "dead_letter")
 # bins every 50 ms while the engine held another; each then waited its turn and cost a prefill step
 # of its own (see scheduler.DECODE_TIME_PER_PREFILL).
 BIN_LATENCY_CAP_S = 0.5
-
-
-@dataclass(eq=False)
-class _Request:
-    request_id: Hashable
-    record: TelemetryRecord
-    facts: Facts | None  # set once the record is prepared
-    submitted_at: float
-    hierarchical: bool = False
-    pieces: list[str | None] = field(default_factory=list)   # this level's summaries, in order
-    todo: collections.deque[tuple[list[int], int]] = field(default_factory=collections.deque)  # (prompt, piece)
-    in_flight: int = 0                                        # pieces in the engine now
-    selection: str | None = None                              # set when over the work cap
-    prompt_tokens: int = 0
-    output_tokens: int = 0
-    prefill_s: float = 0.0
-    decode_s: float = 0.0
-    queued_s: float | None = None
-    num_chunks: int = 1
-    failed: bool = False
 
 
 class Summarizer:
@@ -138,7 +115,7 @@ class Summarizer:
         self._feeder: threading.Thread | None = None
         self._abandon = False  # set by close(): queued records fail instead of reaching the engine
         self._lock = threading.Lock()  # protects _owners, _results, _closing, _num_pending, long_records' queues
-        self._owners: dict[int, tuple[_Request, int]] = {}  # seq_id -> (request, piece index or -1)
+        self._owners: dict[int, tuple[RecordRequest, int]] = {}  # seq_id -> (request, piece index or -1)
         self._results: collections.deque[tuple[Hashable, Summary | Exception]] = collections.deque()
         self._closing = False
         self.long_records = LongRecords(
@@ -222,13 +199,14 @@ class Summarizer:
             # Surely beyond one context: plan its pieces on a thread of their own, so the caller (the
             # Kafka poll loop) and the preprocessing pool are not held for the tens of seconds a
             # multi-megabyte body takes to tokenise (measured: 39 s for 5 MB on 2 busy cores).
-            self.long_records.plan_apart(_Request(request_id, record, Facts(), time.perf_counter(), hierarchical=True))
+            self.long_records.plan_apart(
+                RecordRequest(request_id, record, Facts(), time.perf_counter(), hierarchical=True))
             return
         with self._lock:
             if self._num_pending >= self.max_pending_records:
                 raise Backpressure(f"{self._num_pending} records are waiting to be prepared or queued")
             self._num_pending += 1
-        req = _Request(request_id, record, None, time.perf_counter())
+        req = RecordRequest(request_id, record, None, time.perf_counter())
         try:
             future = self.preprocessor.submit(record)
         except BaseException:
@@ -259,7 +237,7 @@ class Summarizer:
                     if self._num_pending == 0:
                         return
 
-    def _feed_record(self, req: _Request, future) -> None:
+    def _feed_record(self, req: RecordRequest, future) -> None:
         try:
             prepared = future.result()
             if self._abandon:
@@ -271,7 +249,7 @@ class Summarizer:
         with self._lock:
             self._num_pending -= 1
 
-    def _admit(self, req: _Request, prepared: Prepared) -> None:
+    def _admit(self, req: RecordRequest, prepared: Prepared) -> None:
         """Hand one prepared record to the engine (its pieces, when longer than the context)."""
         req.facts = prepared.facts
         prompt = prepared.prompt
@@ -285,7 +263,7 @@ class Summarizer:
         """True while the GPU loop or a long record's planning thread still runs. Thread-safe."""
         return self.long_records.is_planning() or (self._thread is not None and self._thread.is_alive())
 
-    def _add_waiting(self, req: _Request, prompt, piece: int) -> None:
+    def _add_waiting(self, req: RecordRequest, prompt, piece: int) -> None:
         """`_add`, waiting for dispatcher room while it is full (the feeder thread's backpressure)."""
         while True:
             try:
@@ -296,7 +274,7 @@ class Summarizer:
                     raise EngineClosed("the summarizer closed before this record was queued") from None
                 self.dispatcher.wait_for_room(len(prompt), _JOIN_POLL_S)
 
-    def _add(self, req: _Request, prompt, piece: int) -> None:
+    def _add(self, req: RecordRequest, prompt, piece: int) -> None:
         with self._lock:  # held across add so the sequence is owned before it can finish
             seq = self.engine.add(prompt, self.params)
             self._owners[seq.seq_id] = (req, piece)
@@ -353,35 +331,15 @@ class Summarizer:
             req.failed = True
             self._push(req.request_id, seq.error or RuntimeError("generation failed"))
             return
-        queued, prefill, decode = seq.timings()
-        req.queued_s = queued if req.queued_s is None else req.queued_s
-        req.prefill_s += prefill
-        req.decode_s += decode
-        req.output_tokens += len(seq.output)
-        text = seq.text
-        if text is None:  # the stop check only decodes on trigger tokens: cut any stop it missed
-            text = self._decode(seq.output)
-            cut = first_stop(text, self.params.stop)
-            text = text if cut < 0 else text[:cut]
+        req.count_sequence(seq)
+        text = finished_text(seq, self._decode, self.params.stop)
         if piece < 0:
-            self._push(req.request_id, self._summary(req, text))
+            self._push(req.request_id, assemble_summary(req, text, self.loaded.name))
             return
         req.pieces[piece] = text.strip()
         if None in req.pieces:
             return
         self.long_records.piece_done(req)  # the feeder plans and adds the merge
-
-    def _summary(self, req: _Request, continuation: str) -> Summary:
-        # the prompt ended with the answer's opening (worker.prompts.opening): the summary is both
-        text = with_opening(answer_opening(req.record, req.facts), continuation)
-        return Summary(
-            id=req.record.id, summary=text, model=self.loaded.name, prompt_tokens=req.prompt_tokens,
-            output_tokens=req.output_tokens, hierarchical=req.hierarchical, chunks=req.num_chunks,
-            selection=req.selection,
-            facts=req.facts, timings=Timings(queued_s=req.queued_s or 0.0, prefill_s=req.prefill_s,
-                                             decode_s=req.decode_s,
-                                             total_s=time.perf_counter() - req.submitted_at),
-            narrative=check_narrative(text, req.facts, req.record))
 
     def _push(self, request_id: Hashable, result: Summary | Exception) -> None:
         with self._lock:
