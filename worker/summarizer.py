@@ -10,7 +10,6 @@ selection, or refused with RecordTooLong, as the operator chose.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import logging
 import queue
@@ -25,7 +24,7 @@ from worker.engine.kv_arena import KVArena
 from worker.engine.prefix_reuse import BLOCK_SIZE as PREFIX_BLOCK_SIZE
 from worker.engine.prefix_reuse import PrefixReuse
 from worker.engine.runner import ModelRunner
-from worker.engine.sequence import SamplingParams, Sequence, SequenceStatus
+from worker.engine.sequence import SamplingParams
 from worker.engine.sizing import arena_rows, default_kv_rows  # noqa: F401 - default_kv_rows: re-exported
 from worker.in_order import results_in_order, summarize_all
 from worker.long_records import WAKE, LongRecords, MergeDue
@@ -33,7 +32,8 @@ from worker.messages import Facts, Summary, TelemetryRecord
 from worker.preprocess import Prepared, Preprocessor, default_workers, tokenize_messages
 from worker.prompts import approx_tokens
 from worker.prompts.sampling import default_sampling  # noqa: F401  (re-exported; owned by worker.prompts.sampling)
-from worker.summary_assembly import RecordRequest, assemble_summary, finished_text
+from worker.result_collector import ResultCollector
+from worker.summary_assembly import RecordRequest
 
 log = logging.getLogger(__name__)
 
@@ -114,14 +114,17 @@ class Summarizer:
         self._num_pending = 0  # submitted records not yet handed to the engine (or failed)
         self._feeder: threading.Thread | None = None
         self._abandon = False  # set by close(): queued records fail instead of reaching the engine
-        self._lock = threading.Lock()  # protects _owners, _results, _closing, _num_pending, long_records' queues
+        self._lock = threading.Lock()  # protects _owners, _closing, _num_pending, the results, long_records' queues
         self._owners: dict[int, tuple[RecordRequest, int]] = {}  # seq_id -> (request, piece index or -1)
-        self._results: collections.deque[tuple[Hashable, Summary | Exception]] = collections.deque()
         self._closing = False
+        # long_records is made below; the lambda reads it when a piece finishes, long after
+        self.results = ResultCollector(
+            self.engine.finished, lock=self._lock, owners=self._owners, model=loaded.name, decode=self._decode,
+            stops=lambda: self.params.stop, pieces_done=lambda req: self.long_records.piece_done(req))
         self.long_records = LongRecords(
             lock=self._lock, tokenizer=self.tokenizer, tokenize=self.tokenize,
             max_prompt_tokens=self.max_context - self.params.max_new_tokens,
-            max_record_tokens=self.max_record_tokens, over_cap=self.over_cap, add=self._add, push=self._push,
+            max_record_tokens=self.max_record_tokens, over_cap=self.over_cap, add=self._add, push=self.results.push,
             wake=self._prepared.put)
         self._thread: threading.Thread | None = None
 
@@ -161,7 +164,7 @@ class Summarizer:
         deadline = None if timeout is None else time.monotonic() + timeout
         if drain:  # hierarchical requests still submit merges: keep pumping until they have
             while self._has_unsubmitted_work() and (deadline is None or time.monotonic() < deadline):
-                self._pump(_JOIN_POLL_S)
+                self.results.pump(_JOIN_POLL_S)
         self._abandon = True  # from here on the feeder fails what is still queued instead of adding it
         if not drain:
             self.engine.stop()
@@ -173,12 +176,12 @@ class Summarizer:
         if self._thread is not None:
             while self._thread.is_alive() and (deadline is None or time.monotonic() < deadline):
                 self._thread.join(_JOIN_POLL_S)
-        self._pump(0.0)
+        self.results.pump(0.0)
         with self._lock:  # hierarchical pieces or merges that never reached the engine
             stranded = [r for r in self.long_records.strand_locked() if not r.failed]
         for req in stranded:
             req.failed = True
-            self._push(req.request_id, EngineClosed("the summarizer closed before this record finished"))
+            self.results.push(req.request_id, EngineClosed("the summarizer closed before this record finished"))
 
     # -- requests ---------------------------------------------------------------------------
     def tokenize(self, messages: list[dict[str, str]]) -> list[int]:
@@ -245,7 +248,7 @@ class Summarizer:
             self._admit(req, prepared)
         except Exception as exc:  # noqa: BLE001 - this record's failure, reported through poll
             req.failed = True
-            self._push(req.request_id, exc)
+            self.results.push(req.request_id, exc)
         with self._lock:
             self._num_pending -= 1
 
@@ -299,51 +302,7 @@ class Summarizer:
     # -- results ----------------------------------------------------------------------------
     def poll(self, timeout: float) -> list[tuple[Hashable, Summary | Exception]]:
         """Finished requests since the last call, waiting up to `timeout` s for the first. Thread-safe."""
-        deadline = time.monotonic() + timeout
-        while True:
-            self._pump(max(deadline - time.monotonic(), 0.0))
-            with self._lock:
-                if self._results or time.monotonic() >= deadline:
-                    out = list(self._results)
-                    self._results.clear()
-                    return out
-
-    def _pump(self, timeout: float) -> None:
-        """Move finished sequences into results (blocking up to `timeout` for the first one)."""
-        try:
-            seq = self.engine.finished.get(timeout=timeout) if timeout > 0 else self.engine.finished.get_nowait()
-        except queue.Empty:
-            return
-        while True:
-            self._on_finished(seq)
-            try:
-                seq = self.engine.finished.get_nowait()
-            except queue.Empty:
-                break
-
-    def _on_finished(self, seq: Sequence) -> None:
-        with self._lock:
-            req, piece = self._owners.pop(seq.seq_id)
-            req.in_flight -= 1
-        if req.failed:
-            return
-        if seq.status is SequenceStatus.FAILED:
-            req.failed = True
-            self._push(req.request_id, seq.error or RuntimeError("generation failed"))
-            return
-        req.count_sequence(seq)
-        text = finished_text(seq, self._decode, self.params.stop)
-        if piece < 0:
-            self._push(req.request_id, assemble_summary(req, text, self.loaded.name))
-            return
-        req.pieces[piece] = text.strip()
-        if None in req.pieces:
-            return
-        self.long_records.piece_done(req)  # the feeder plans and adds the merge
-
-    def _push(self, request_id: Hashable, result: Summary | Exception) -> None:
-        with self._lock:
-            self._results.append((request_id, result))
+        return self.results.poll(timeout)
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
