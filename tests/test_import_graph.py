@@ -17,8 +17,9 @@ LAYERS: list[set[str]] = [
     {"dispatch", "facts", "model", "metrics"},
     {"engine", "ops", "inputs"},
     {"prompts", "probe", "kafka"},               # prompts own the sampling policy, so they sit above the engine
-    {"preprocess", "long_inputs"},
-    {"long_records", "in_order"},                # a long record's pieces and merges; offline in-order results
+    {"preprocess", "long_inputs", "summary_assembly"},  # summary_assembly: a record's progress -> Summary
+    {"long_records", "in_order", "result_collector"},  # a long record's pieces and merges; offline in-order
+                                                       # results; finished sequences -> results
     {"summarizer"},
     {"runtime"},                                 # settings -> a running Summarizer
     {"commands"},                                # every `telesum` command

@@ -10,14 +10,12 @@ selection, or refused with RecordTooLong, as the operator chose.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import logging
 import queue
 import threading
 import time
 from collections.abc import Hashable, Iterable, Iterator
-from dataclasses import dataclass, field
 
 from worker.dispatch import Backpressure
 from worker.engine.engine import Engine
@@ -26,17 +24,16 @@ from worker.engine.kv_arena import KVArena
 from worker.engine.prefix_reuse import BLOCK_SIZE as PREFIX_BLOCK_SIZE
 from worker.engine.prefix_reuse import PrefixReuse
 from worker.engine.runner import ModelRunner
-from worker.engine.sequence import SamplingParams, Sequence, SequenceStatus
+from worker.engine.sequence import SamplingParams
 from worker.engine.sizing import arena_rows, default_kv_rows  # noqa: F401 - default_kv_rows: re-exported
-from worker.engine.stops import first_stop
-from worker.facts.agreement import check_narrative
 from worker.in_order import results_in_order, summarize_all
 from worker.long_records import WAKE, LongRecords, MergeDue
-from worker.messages import Facts, Summary, TelemetryRecord, Timings
+from worker.messages import Facts, Summary, TelemetryRecord
 from worker.preprocess import Prepared, Preprocessor, default_workers, tokenize_messages
 from worker.prompts import approx_tokens
-from worker.prompts.opening import answer_opening, with_opening
 from worker.prompts.sampling import default_sampling  # noqa: F401  (re-exported; owned by worker.prompts.sampling)
+from worker.result_collector import ResultCollector
+from worker.summary_assembly import RecordRequest
 
 log = logging.getLogger(__name__)
 
@@ -52,26 +49,6 @@ OVER_CAP_POLICIES = ("select", "dead_letter")
 # bins every 50 ms while the engine held another; each then waited its turn and cost a prefill step
 # of its own (see scheduler.DECODE_TIME_PER_PREFILL).
 BIN_LATENCY_CAP_S = 0.5
-
-
-@dataclass(eq=False)
-class _Request:
-    request_id: Hashable
-    record: TelemetryRecord
-    facts: Facts | None  # set once the record is prepared
-    submitted_at: float
-    hierarchical: bool = False
-    pieces: list[str | None] = field(default_factory=list)   # this level's summaries, in order
-    todo: collections.deque[tuple[list[int], int]] = field(default_factory=collections.deque)  # (prompt, piece)
-    in_flight: int = 0                                        # pieces in the engine now
-    selection: str | None = None                              # set when over the work cap
-    prompt_tokens: int = 0
-    output_tokens: int = 0
-    prefill_s: float = 0.0
-    decode_s: float = 0.0
-    queued_s: float | None = None
-    num_chunks: int = 1
-    failed: bool = False
 
 
 class Summarizer:
@@ -137,14 +114,17 @@ class Summarizer:
         self._num_pending = 0  # submitted records not yet handed to the engine (or failed)
         self._feeder: threading.Thread | None = None
         self._abandon = False  # set by close(): queued records fail instead of reaching the engine
-        self._lock = threading.Lock()  # protects _owners, _results, _closing, _num_pending, long_records' queues
-        self._owners: dict[int, tuple[_Request, int]] = {}  # seq_id -> (request, piece index or -1)
-        self._results: collections.deque[tuple[Hashable, Summary | Exception]] = collections.deque()
+        self._lock = threading.Lock()  # protects _owners, _closing, _num_pending, the results, long_records' queues
+        self._owners: dict[int, tuple[RecordRequest, int]] = {}  # seq_id -> (request, piece index or -1)
         self._closing = False
+        # long_records is made below; the lambda reads it when a piece finishes, long after
+        self.results = ResultCollector(
+            self.engine.finished, lock=self._lock, owners=self._owners, model=loaded.name, decode=self._decode,
+            stops=lambda: self.params.stop, pieces_done=lambda req: self.long_records.piece_done(req))
         self.long_records = LongRecords(
             lock=self._lock, tokenizer=self.tokenizer, tokenize=self.tokenize,
             max_prompt_tokens=self.max_context - self.params.max_new_tokens,
-            max_record_tokens=self.max_record_tokens, over_cap=self.over_cap, add=self._add, push=self._push,
+            max_record_tokens=self.max_record_tokens, over_cap=self.over_cap, add=self._add, push=self.results.push,
             wake=self._prepared.put)
         self._thread: threading.Thread | None = None
 
@@ -184,7 +164,7 @@ class Summarizer:
         deadline = None if timeout is None else time.monotonic() + timeout
         if drain:  # hierarchical requests still submit merges: keep pumping until they have
             while self._has_unsubmitted_work() and (deadline is None or time.monotonic() < deadline):
-                self._pump(_JOIN_POLL_S)
+                self.results.pump(_JOIN_POLL_S)
         self._abandon = True  # from here on the feeder fails what is still queued instead of adding it
         if not drain:
             self.engine.stop()
@@ -196,12 +176,12 @@ class Summarizer:
         if self._thread is not None:
             while self._thread.is_alive() and (deadline is None or time.monotonic() < deadline):
                 self._thread.join(_JOIN_POLL_S)
-        self._pump(0.0)
+        self.results.pump(0.0)
         with self._lock:  # hierarchical pieces or merges that never reached the engine
             stranded = [r for r in self.long_records.strand_locked() if not r.failed]
         for req in stranded:
             req.failed = True
-            self._push(req.request_id, EngineClosed("the summarizer closed before this record finished"))
+            self.results.push(req.request_id, EngineClosed("the summarizer closed before this record finished"))
 
     # -- requests ---------------------------------------------------------------------------
     def tokenize(self, messages: list[dict[str, str]]) -> list[int]:
@@ -222,13 +202,14 @@ class Summarizer:
             # Surely beyond one context: plan its pieces on a thread of their own, so the caller (the
             # Kafka poll loop) and the preprocessing pool are not held for the tens of seconds a
             # multi-megabyte body takes to tokenise (measured: 39 s for 5 MB on 2 busy cores).
-            self.long_records.plan_apart(_Request(request_id, record, Facts(), time.perf_counter(), hierarchical=True))
+            self.long_records.plan_apart(
+                RecordRequest(request_id, record, Facts(), time.perf_counter(), hierarchical=True))
             return
         with self._lock:
             if self._num_pending >= self.max_pending_records:
                 raise Backpressure(f"{self._num_pending} records are waiting to be prepared or queued")
             self._num_pending += 1
-        req = _Request(request_id, record, None, time.perf_counter())
+        req = RecordRequest(request_id, record, None, time.perf_counter())
         try:
             future = self.preprocessor.submit(record)
         except BaseException:
@@ -259,7 +240,7 @@ class Summarizer:
                     if self._num_pending == 0:
                         return
 
-    def _feed_record(self, req: _Request, future) -> None:
+    def _feed_record(self, req: RecordRequest, future) -> None:
         try:
             prepared = future.result()
             if self._abandon:
@@ -267,11 +248,11 @@ class Summarizer:
             self._admit(req, prepared)
         except Exception as exc:  # noqa: BLE001 - this record's failure, reported through poll
             req.failed = True
-            self._push(req.request_id, exc)
+            self.results.push(req.request_id, exc)
         with self._lock:
             self._num_pending -= 1
 
-    def _admit(self, req: _Request, prepared: Prepared) -> None:
+    def _admit(self, req: RecordRequest, prepared: Prepared) -> None:
         """Hand one prepared record to the engine (its pieces, when longer than the context)."""
         req.facts = prepared.facts
         prompt = prepared.prompt
@@ -285,7 +266,7 @@ class Summarizer:
         """True while the GPU loop or a long record's planning thread still runs. Thread-safe."""
         return self.long_records.is_planning() or (self._thread is not None and self._thread.is_alive())
 
-    def _add_waiting(self, req: _Request, prompt, piece: int) -> None:
+    def _add_waiting(self, req: RecordRequest, prompt, piece: int) -> None:
         """`_add`, waiting for dispatcher room while it is full (the feeder thread's backpressure)."""
         while True:
             try:
@@ -296,7 +277,7 @@ class Summarizer:
                     raise EngineClosed("the summarizer closed before this record was queued") from None
                 self.dispatcher.wait_for_room(len(prompt), _JOIN_POLL_S)
 
-    def _add(self, req: _Request, prompt, piece: int) -> None:
+    def _add(self, req: RecordRequest, prompt, piece: int) -> None:
         with self._lock:  # held across add so the sequence is owned before it can finish
             seq = self.engine.add(prompt, self.params)
             self._owners[seq.seq_id] = (req, piece)
@@ -321,71 +302,7 @@ class Summarizer:
     # -- results ----------------------------------------------------------------------------
     def poll(self, timeout: float) -> list[tuple[Hashable, Summary | Exception]]:
         """Finished requests since the last call, waiting up to `timeout` s for the first. Thread-safe."""
-        deadline = time.monotonic() + timeout
-        while True:
-            self._pump(max(deadline - time.monotonic(), 0.0))
-            with self._lock:
-                if self._results or time.monotonic() >= deadline:
-                    out = list(self._results)
-                    self._results.clear()
-                    return out
-
-    def _pump(self, timeout: float) -> None:
-        """Move finished sequences into results (blocking up to `timeout` for the first one)."""
-        try:
-            seq = self.engine.finished.get(timeout=timeout) if timeout > 0 else self.engine.finished.get_nowait()
-        except queue.Empty:
-            return
-        while True:
-            self._on_finished(seq)
-            try:
-                seq = self.engine.finished.get_nowait()
-            except queue.Empty:
-                break
-
-    def _on_finished(self, seq: Sequence) -> None:
-        with self._lock:
-            req, piece = self._owners.pop(seq.seq_id)
-            req.in_flight -= 1
-        if req.failed:
-            return
-        if seq.status is SequenceStatus.FAILED:
-            req.failed = True
-            self._push(req.request_id, seq.error or RuntimeError("generation failed"))
-            return
-        queued, prefill, decode = seq.timings()
-        req.queued_s = queued if req.queued_s is None else req.queued_s
-        req.prefill_s += prefill
-        req.decode_s += decode
-        req.output_tokens += len(seq.output)
-        text = seq.text
-        if text is None:  # the stop check only decodes on trigger tokens: cut any stop it missed
-            text = self._decode(seq.output)
-            cut = first_stop(text, self.params.stop)
-            text = text if cut < 0 else text[:cut]
-        if piece < 0:
-            self._push(req.request_id, self._summary(req, text))
-            return
-        req.pieces[piece] = text.strip()
-        if None in req.pieces:
-            return
-        self.long_records.piece_done(req)  # the feeder plans and adds the merge
-
-    def _summary(self, req: _Request, continuation: str) -> Summary:
-        # the prompt ended with the answer's opening (worker.prompts.opening): the summary is both
-        text = with_opening(answer_opening(req.record, req.facts), continuation)
-        return Summary(
-            id=req.record.id, summary=text, model=self.loaded.name, prompt_tokens=req.prompt_tokens,
-            output_tokens=req.output_tokens, hierarchical=req.hierarchical, chunks=req.num_chunks,
-            selection=req.selection,
-            facts=req.facts, timings=Timings(queued_s=req.queued_s or 0.0, prefill_s=req.prefill_s,
-                                             decode_s=req.decode_s,
-                                             total_s=time.perf_counter() - req.submitted_at),
-            narrative=check_narrative(text, req.facts, req.record))
-
-    def _push(self, request_id: Hashable, result: Summary | Exception) -> None:
-        with self._lock:
-            self._results.append((request_id, result))
+        return self.results.poll(timeout)
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
