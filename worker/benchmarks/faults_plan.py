@@ -12,7 +12,7 @@ class Plan:
     huge_bytes: int = 1 << 20
     kills: int = 2
     rebalance: bool = True
-    broker_restart: bool = False   # needs a broker of the harness's own (`own_broker_port`)
+    broker_restart: bool = False   # needs a broker of the harness's own (`--broker-port`)
     guarantee: str = "exactly-once"
     seed: int = 0
     produce_rate: float = 0.0      # inputs per second; 0 = all at once
