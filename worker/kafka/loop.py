@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -26,17 +25,14 @@ from kafka.errors import KafkaError
 
 from worker.dispatch import Backpressure
 from worker.kafka.clients import Consumer, Producer
+from worker.kafka.intake import Intake, Pending
 from worker.kafka.offsets import OffsetTracker
 from worker.kafka.publish import (AckPublisher, Answers, Request, RequestId, TransactionalPublisher,
                                   ProducerFenced)
-from worker.inputs import FORMAT_ATTRIBUTE, Message, decoder_for
-from worker.inputs.json_log import parse_field_map
-from worker.inputs.windows import Window, Windows
-from worker.kafka.records import Output, Source
+from worker.kafka.records import Output
 from worker.kafka.undecodable import UndecodableBatch
-from worker.kafka.windowing import is_windowed, merged, window_key
 from worker.settings.kafka import KafkaSettings
-from worker.messages import InvalidRecord, ReasonCode, Summary, TelemetryRecord, failure_reason
+from worker.messages import Summary, TelemetryRecord, failure_reason
 
 __all__ = ["KafkaWorker", "ProducerFenced", "RequestId", "WorkerStats"]
 
@@ -68,18 +64,6 @@ class WorkerStats:
     reasons: dict[str, int] = field(default_factory=dict)
 
 
-@dataclass
-class _Pending:
-    rid: RequestId
-    source: Source
-    raw: bytes
-    record: TelemetryRecord
-    covers: tuple[int, ...] = ()  # a log window: the offset of each part
-
-    def request(self, kind, reason: ReasonCode | None = None) -> Request:
-        return Request(self.rid, self.source, self.raw, self.record.id, kind, reason, covers=self.covers)
-
-
 class KafkaWorker:
     """Consumes `settings.input_topic` in a group, answers every record exactly once per delivery
     (a summary or a dead letter) and commits only acknowledged work. `run()` from one thread."""
@@ -96,17 +80,12 @@ class KafkaWorker:
         self.consumer = consumer or Consumer(settings)
         self.producer = producer or Producer(settings)
         self.tracker = OffsetTracker()
-        self.input_format = settings.input_format
-        self.inputs = decoder_for(settings.input_format, parse_field_map(settings.json_log_fields))
         self.stats = WorkerStats()
         self.answers = Answers(settings.output_topic, settings.dlq_topic, model_name, settings.max_request_size)
         self.publisher = AckPublisher(self.producer, self.answers)
         self.transactions = TransactionalPublisher(self.producer, self.answers) if settings.exactly_once else None
-        self._backlog: deque[_Pending] = deque()        # decoded, waiting for summarizer room
-        # Log lines waiting for their window to close (window_s 0: every record is answered alone).
-        self.windows: Windows[_Pending] | None = Windows(settings.window_s, settings.window_max_lines,
-                                                         settings.window_max_bytes) if settings.window_s > 0 else None
-        self._in_summarizer: dict[RequestId, _Pending] = {}
+        self.intake = Intake(settings, self._dead_letter)
+        self._in_summarizer: dict[RequestId, Pending] = {}
         self._paused_by_us = False
         self._revoking: set[TopicPartition] = set()
         self._last_commit = 0.0
@@ -130,11 +109,7 @@ class KafkaWorker:
         if not gone:
             return
         dropped = sum(self.tracker.revoke(tp) for tp in gone)
-        self._backlog = deque(p for p in self._backlog if p.rid.tp not in gone)
-        if self.windows is not None:
-            self.windows.drop(lambda key: key[0] in gone)
-        if self.transactions is not None:
-            self.transactions.drop(gone)
+        self._forget(gone)
         log.info("revoked %s; dropped %d unfinished records (the new owner replays them)",
                  sorted(map(tuple, gone)), dropped)
 
@@ -169,8 +144,7 @@ class KafkaWorker:
             self._settle_revocations(self.consumer.assignment())
         for msg in messages:
             self._accept(msg)
-        if self.windows is not None:
-            self._backlog.extend(map(self._window_pending, self.windows.due()))
+        self.intake.close_due_windows()
         if not fetch:  # draining: partitions assigned meanwhile stay paused too
             self.consumer.pause(self.consumer.assignment() - self.consumer.paused())
         else:
@@ -189,22 +163,20 @@ class KafkaWorker:
         """(records waiting for summarizer room or in open log windows, records in the summarizer, answers not yet
         acknowledged or, exactly-once, not yet committed). Only from the loop thread."""
         staged = self.transactions.staged if self.transactions is not None else 0
-        windowed = self.windows.parts if self.windows is not None else 0
-        return len(self._backlog) + windowed, len(self._in_summarizer), self.publisher.unacked + staged
+        return self.intake.staged, len(self._in_summarizer), self.publisher.unacked + staged
 
     def _drain(self) -> None:
         """Stop fetching; finish and publish what the summarizer holds; commit the done prefix."""
         self.consumer.pause(self.consumer.assignment())
         self._paused_by_us = True
-        self._backlog.clear()  # not started: left uncommitted, replayed by whoever reads next
-        if self.windows is not None:  # open windows are closed and answered before the drain ends
-            for pending in map(self._window_pending, self.windows.close_all()):
-                try:
-                    self.summarizer.submit(pending.rid, pending.record)
-                except Exception as exc:  # noqa: BLE001 - e.g. backpressure: left uncommitted, replayed
-                    log.warning("open window %s not answered in the drain (%s)", pending.record.id, exc)
-                    continue
-                self._in_summarizer[pending.rid] = pending
+        self.intake.backlog.clear()  # not started: left uncommitted, replayed by whoever reads next
+        for pending in self.intake.close_all_windows():  # open windows are answered before the drain ends
+            try:
+                self.summarizer.submit(pending.rid, pending.record)
+            except Exception as exc:  # noqa: BLE001 - e.g. backpressure: left uncommitted, replayed
+                log.warning("open window %s not answered in the drain (%s)", pending.record.id, exc)
+                continue
+            self._in_summarizer[pending.rid] = pending
         deadline = time.monotonic() + self.settings.drain_timeout_s
         while (self._in_summarizer or self.publisher.busy) and time.monotonic() < deadline:
             self._step(fetch=False)
@@ -227,57 +199,36 @@ class KafkaWorker:
             # The position went back (a reset to the committed offset): what we held is replayed.
             self.tracker.revoke(tp)
             self.tracker.assign(tp)
-            self._backlog = deque(p for p in self._backlog if p.rid.tp != tp)
-            if self.windows is not None:
-                self.windows.drop(lambda key: key[0] == tp)
-            if self.transactions is not None:
-                self.transactions.drop({tp})
-        raw = msg.value or b""
-        items = self.inputs(Message(raw, tuple(msg.headers or ()), msg.topic, msg.partition, msg.offset,
-                                    getattr(msg, "timestamp", None)))
+            self._forget({tp})
+        items = self.intake.decode(msg)
         epoch = self.tracker.track(tp, msg.offset, parts=len(items))
         self.stats.consumed += 1
-        batch = len(items) > 1
-        for index, item in enumerate(items):
-            rid = RequestId(tp, msg.offset, epoch, index)
-            if isinstance(item, InvalidRecord):
-                fmt = None if self.input_format == "auto" else self.input_format
-                source = Source(msg.topic, msg.partition, msg.offset, msg.key, index if batch else None, fmt)
-                why = f"item {index} of {len(items)}: {item.message}" if batch else item.message
-                self._answer(*self.answers.dead_letter(Request(rid, source, raw, None, "dead_letter", item.reason),
-                                                       why))
-                continue
-            source = Source(msg.topic, msg.partition, msg.offset, msg.key, index if batch else None,
-                            item.attributes.get(FORMAT_ATTRIBUTE))
-            pending = _Pending(rid, source, raw, item)
-            if self.windows is None or not is_windowed(item):
-                self._backlog.append(pending)
-            elif (full := self.windows.add(window_key(tp, item), pending, item.body_text())) is not None:
-                self._backlog.append(self._window_pending(full))
+        self.intake.stage(msg, epoch, items)
 
-    @staticmethod
-    def _window_pending(window: Window[_Pending]) -> _Pending:
-        """A closed window as one piece of work, answered under its last part's id."""
-        source, raw, record, covers = merged(window)
-        return _Pending(window.parts[-1].rid, source, raw, record, covers)
+    def _forget(self, gone: set[TopicPartition]) -> None:
+        """Drop the unanswered work of partitions this member no longer reads from where it was."""
+        self.intake.forget(gone)
+        if self.transactions is not None:
+            self.transactions.drop(gone)
 
     def _submit_backlog(self) -> None:
-        while self._backlog and len(self._in_summarizer) < self.max_in_flight:
-            pending = self._backlog[0]
+        backlog = self.intake.backlog
+        while backlog and len(self._in_summarizer) < self.max_in_flight:
+            pending = backlog[0]
             try:
                 self.summarizer.submit(pending.rid, pending.record)
             except Backpressure:
                 return
             except Exception as exc:  # noqa: BLE001 - e.g. SequenceTooLong: this record's problem only
-                self._backlog.popleft()
+                backlog.popleft()
                 reason, message = failure_reason(exc)
-                self._answer(*self.answers.dead_letter(pending.request("dead_letter", reason), message))
+                self._dead_letter(pending.request("dead_letter", reason), message)
                 continue
-            self._backlog.popleft()
+            backlog.popleft()
             self._in_summarizer[pending.rid] = pending
 
     def _apply_backpressure(self) -> None:
-        full = bool(self._backlog) or len(self._in_summarizer) >= self.max_in_flight
+        full = bool(self.intake.backlog) or len(self._in_summarizer) >= self.max_in_flight
         if full:
             unpaused = self.consumer.assignment() - self.consumer.paused()  # incl. newly assigned ones
             if unpaused:
@@ -295,11 +246,14 @@ class KafkaWorker:
             return
         if isinstance(result, Exception):
             reason, message = failure_reason(result)
-            self._answer(*self.answers.dead_letter(pending.request("dead_letter", reason), message))
+            self._dead_letter(pending.request("dead_letter", reason), message)
         else:
             self._answer(*self.answers.summary(pending.request("summary"), result))
 
     # ---- answers, acknowledgements and commits ----
+    def _dead_letter(self, request: Request, message: str) -> None:
+        self._answer(*self.answers.dead_letter(request, message))
+
     def _answer(self, request: Request, output: Output) -> None:
         """At-least-once: publish now (done once acknowledged). Exactly-once: done now, published
         with its offset by the next transaction."""

@@ -29,7 +29,7 @@ def window_key(tp: TopicPartition, record: TelemetryRecord) -> tuple:
 
 def merged(window: Window) -> tuple[Source, bytes, TelemetryRecord, tuple[int, ...]]:
     """(source, original bytes, record, offsets covered: one per part) of a closed window of
-    `_Pending` parts (`rid`, `source`, `raw`, `record`), all from one partition."""
+    `intake.Pending` parts (`rid`, `source`, `raw`, `record`), all from one partition."""
     parts = window.parts
     first = parts[0]
     tp, host, service = window.key
