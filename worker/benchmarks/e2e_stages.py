@@ -107,13 +107,12 @@ class TimedTokenizer:
 
 def instrument(timer: StageTimer, summarizer, worker) -> None:
     """Time the stages of one in-process worker and its summarizer (call before `worker.run`)."""
-    import worker.kafka.loop as loop_mod
     import worker.kafka.publish as publish_mod
     import worker.preprocess as preprocess_mod
     from worker.engine.sampling import SamplingBatch
 
-    # Kafka loop thread: names the loop module imported, so patch them there.
-    timer.patch(worker, "inputs", "decode + validate")
+    # Kafka loop thread: the intake's decoder, and the names the publish module imported.
+    timer.patch(worker.intake, "decode_message", "decode + validate")
     timer.patch(publish_mod, "summary_output", "output encode")
     timer.patch(publish_mod, "dead_letter_output", "output encode")
     timer.patch(worker.consumer, "poll", "consumer poll (incl. wait)")

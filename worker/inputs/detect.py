@@ -13,7 +13,6 @@ The record's `input_format` attribute and the answer's `telesum-input-format` he
 
 from __future__ import annotations
 
-from google.protobuf.message import DecodeError
 
 from worker.inputs.base import Decoder, Item, Message, require_bytes, require_text
 from worker.inputs.envelope import MSGPACK_MEDIA_TYPES, EnvelopeDecoder
