@@ -162,7 +162,7 @@ def engine_only(loaded, prompts, *, production: bool) -> dict:
     from worker.engine.sequence import SamplingParams
     from worker.engine.kv_arena import KVArena
     from worker.prompts.sampling import default_sampling
-    from worker.summarizer import default_kv_rows
+    from worker.engine.sizing import default_kv_rows
 
     cfg = loaded.config
     rows = default_kv_rows(cfg, torch.bfloat16, torch.device("cuda"), token_budget=65536, max_seqs_per_bin=1024,

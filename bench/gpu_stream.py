@@ -42,7 +42,7 @@ CAPACITY_RECORDS = {"smollm2": 4000, "qwen7b": 500, "tiny": 24}
 
 
 def stream_params(new_tokens: int):
-    from worker.summarizer import default_sampling
+    from worker.prompts.sampling import default_sampling
 
     return dataclasses.replace(default_sampling(new_tokens), stop=())
 

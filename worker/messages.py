@@ -1,7 +1,7 @@
 """Message types: the one source of truth for what crosses Kafka and files (see schemas/).
 
-Input records arrive as JSON or MessagePack; `decode_record` turns raw bytes into a validated
-`TelemetryRecord` or raises `InvalidRecord` with a machine-readable reason code.
+What arrives on Kafka is turned into `TelemetryRecord`s by `worker.inputs` (the envelope, VES,
+syslog, log-shipper JSON, OTLP), which raises `InvalidRecord` with a machine-readable reason code.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import msgspec
 
 Kind = Literal["ves", "syslog", "pm", "trace", "text"]
 # Why a record got a dead letter (or an offline reject) instead of a summary: one vocabulary for
-# `decode_record`, the Summarizer's failures, the publish path and `telesum summarize`.
+# the input decoders, the Summarizer's failures, the publish path and `telesum summarize`.
 ReasonCode = Literal[
     "empty_record",      # a message with no bytes
     "invalid_json",      # not JSON
@@ -126,42 +126,12 @@ class DeadLetter(msgspec.Struct, frozen=True):
 
 
 class InvalidRecord(ValueError):
-    """Raised by `decode_record`; `reason` is a stable code for the dead letter."""
+    """Raised by the input decoders (`worker.inputs`); `reason` is a stable code for the dead letter."""
 
     def __init__(self, reason: ReasonCode, message: str) -> None:
         super().__init__(f"{reason}: {message}")
         self.reason = reason
         self.message = message
-
-
-_json_decoder = msgspec.json.Decoder(TelemetryRecord)
-_msgpack_decoder = msgspec.msgpack.Decoder(TelemetryRecord)
-
-MSGPACK_CONTENT_TYPES = ("application/msgpack", "application/x-msgpack", "application/vnd.msgpack")
-
-
-def decode_record(raw: bytes, content_type: str | None = None) -> TelemetryRecord:
-    """Decode and validate one record. Raises InvalidRecord naming the problem."""
-    if raw is None or len(raw) == 0:
-        raise InvalidRecord("empty_record", "the record has no bytes")
-    is_msgpack = content_type is not None and content_type.lower() in MSGPACK_CONTENT_TYPES
-    try:
-        record = _msgpack_decoder.decode(raw) if is_msgpack else _json_decoder.decode(raw)
-    except msgspec.ValidationError as exc:
-        raise InvalidRecord("invalid_field", str(exc)) from exc
-    except msgspec.DecodeError as exc:
-        code = "invalid_msgpack" if is_msgpack else "invalid_json"
-        if not is_msgpack:
-            try:
-                raw.decode("utf-8")
-            except UnicodeDecodeError:
-                code = "invalid_utf8"
-        raise InvalidRecord(code, str(exc)) from exc
-    if not record.id.strip():
-        raise InvalidRecord("invalid_field", "`id` is empty")
-    if not record.body_text().strip() or record.body in ({},):
-        raise InvalidRecord("empty_body", f"record {record.id!r} has an empty body")
-    return record
 
 
 def failure_reason(error: BaseException) -> tuple[ReasonCode, str]:

@@ -12,7 +12,7 @@ import pytest
 from worker.commands import produce
 from worker.facts.loglines import parse_line
 from worker.facts.ves import REQUIRED_FAULT_FIELDS, REQUIRED_HEADER_FIELDS
-from worker.messages import decode_record
+from worker.inputs.envelope import decode_envelope
 from worker.commands.samples import count_words, generate
 
 SAMPLE = Path(__file__).resolve().parents[2] / "bench" / "samples" / "telemetry.jsonl"
@@ -100,7 +100,7 @@ def test_generate_syslog_lines_all_rfc5424():
 def test_produce_file_output_decodes_and_truth_aligns(tmp_path):
     out, truth = tmp_path / "t.jsonl", tmp_path / "truth.jsonl"
     assert produce.run(_args(count=12, seed=9, output=str(out), truth=str(truth))) == 0
-    records = [decode_record(line) for line in out.read_bytes().splitlines()]
+    records = [decode_envelope(line) for line in out.read_bytes().splitlines()]
     truths = [msgspec.json.decode(line) for line in truth.read_bytes().splitlines()]
     assert [r.id for r in records] == [t["id"] for t in truths] == [r.id for r, _ in generate(12, "mixed", 9)]
     assert all(t["facts"]["entity"] for t in truths)
@@ -109,7 +109,7 @@ def test_produce_file_output_decodes_and_truth_aligns(tmp_path):
 def test_produce_stdout_output_writes_json_lines(capfdbinary):
     assert produce.run(_args(count=3, output="-", profile="short")) == 0
     lines = capfdbinary.readouterr().out.splitlines()
-    assert len(lines) == 3 and all(decode_record(line) for line in lines)
+    assert len(lines) == 3 and all(decode_envelope(line) for line in lines)
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -155,7 +155,7 @@ def test_produce_kafka_keys_are_record_ids_and_flushed(monkeypatch):
     assert fake.flushed and fake.closed
     for (topic, key, value, headers), (record, _) in zip(fake.sent, generate(5, "mixed", 0), strict=True):
         assert topic == "telemetry" and key == record.id.encode()
-        assert decode_record(value) == record
+        assert decode_envelope(value) == record
         assert headers["content-type"] == b"application/json"
 
 
@@ -205,6 +205,6 @@ def test_generate_real_long_profile_is_whole_log_files():
 def test_produce_real_profile_to_file(tmp_path):
     out, truth = tmp_path / "r.jsonl", tmp_path / "t.jsonl"
     assert produce.run(_args(count=6, profile="real", output=str(out), truth=str(truth))) == 0
-    records = [decode_record(line) for line in out.read_bytes().splitlines()]
+    records = [decode_envelope(line) for line in out.read_bytes().splitlines()]
     truths = [msgspec.json.decode(line) for line in truth.read_bytes().splitlines()]
     assert [r.id for r in records] == [t["id"] for t in truths] and len(records) == 6

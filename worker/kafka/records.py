@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import msgspec
 
-from worker.messages import DeadLetter, Summary, TelemetryRecord, decode_record, failure_reason  # noqa: F401
+from worker.inputs.envelope import decode_envelope
+from worker.messages import DeadLetter, Summary, TelemetryRecord
 
 CONTENT_TYPE = "content-type"
 H_TOPIC, H_PARTITION, H_OFFSET = "telesum-source-topic", "telesum-source-partition", "telesum-source-offset"
@@ -57,9 +58,9 @@ def header(headers, name: str) -> str | None:
 
 
 def decode_message(value: bytes | None, headers) -> TelemetryRecord:
-    """Decode one Kafka record value; MessagePack when its content-type header says so.
-    Raises InvalidRecord with a reason code."""
-    return decode_record(value or b"", header(headers, CONTENT_TYPE))
+    """Decode one Kafka record value as telesum's envelope (the worker's `envelope` input format);
+    MessagePack when its content-type header says so. Raises InvalidRecord with a reason code."""
+    return decode_envelope(value or b"", header(headers, CONTENT_TYPE))
 
 
 def offset_ranges(offsets) -> str:
