@@ -15,6 +15,8 @@ real SmolLM2 tokenizer, 64 new tokens, the production sampling with the stop str
 summary runs to 64 tokens). Each run also records where the GPU loop's time went (StepTrace).
 `--unbounded-s`: a caller that submits at 2x capacity without the in-flight bound, retrying on
 Backpressure (a library user of `Summarizer.submit`); it counts failed records.
+`--separate-loads`: those loads and the capacity again with prefill and decode as separate steps
+(no mixed steps), side by side in the same run.
 `--cold-start`: process start -> first summary of `telesum summarize` (SmolLM2 shape saved as a
 model folder), with empty caches and again with the caches the first run left.
 """
@@ -151,7 +153,7 @@ def build_cpu_loaded(new_tokens: int):
 
 def shape_sweep(shape: str, loaded, records, *, loads, seconds: float, new_tokens: int,
                 unbounded_s: float, log, switch_interval_loads=(), unbounded=True, eager_loads=(),
-                into: dict | None = None) -> dict:
+                separate_loads=(), into: dict | None = None) -> dict:
     from gpu_job import worker_summarizer
     from worker.engine.step_trace import StepTrace
 
@@ -195,6 +197,18 @@ def shape_sweep(shape: str, loaded, records, *, loads, seconds: float, new_token
         r["load"] = load
         res[f"eager_elementwise_{load:g}"] = r
         log(shape, f"load {load:g}, eager elementwise ops", r)
+    if separate_loads:  # side by side: prefill and decode as separate steps (no mixed steps), same run
+        summarizer.engine.scheduler.mixed_steps = False
+        try:
+            res["capacity_separate_steps"] = capacity_run(summarizer, cap_records)
+            log(shape, "capacity, separate steps", res["capacity_separate_steps"])
+            for load in separate_loads:
+                r = stream_run(summarizer, records, rate=load * capacity, seconds=seconds, in_flight_bound=bound)
+                r["load"] = load
+                res[f"separate_steps_{load:g}"] = r
+                log(shape, f"load {load:g}, separate steps", r)
+        finally:
+            summarizer.engine.scheduler.mixed_steps = True
     if unbounded_s > 0 and unbounded:
         r = stream_run(summarizer, records, rate=2 * capacity, seconds=unbounded_s, in_flight_bound=None)
         res["unbounded_2x"] = r
@@ -305,6 +319,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--cold-start", action="store_true")
     ap.add_argument("--eager-check-loads", default="", help="loads run again with the elementwise ops eager")
     ap.add_argument("--gil-check-loads", default="", help="loads run again with sys.setswitchinterval / 10")
+    ap.add_argument("--separate-loads", default="",
+                    help="loads (and the capacity) run again with prefill and decode as separate steps")
     ap.add_argument("--cpu", action="store_true", help="tiny random model on CPU: correctness only")
     ap.add_argument("--new-tokens", type=int, default=None)
     args = ap.parse_args(argv)
@@ -332,7 +348,8 @@ def main(argv: list[str] | None = None) -> dict:
         loaded = build_cpu_loaded(new_tokens)
         records = records_for("short", 16)
         res["tiny"] = shape_sweep("tiny", loaded, records, loads=loads, seconds=args.seconds,
-                                  new_tokens=new_tokens, unbounded_s=args.unbounded_s, log=log)
+                                  new_tokens=new_tokens, unbounded_s=args.unbounded_s, log=log,
+                                  separate_loads=[float(x) for x in args.separate_loads.split(",") if x])
     else:
         from worker.model.tokenizer import load_tokenizer
 
@@ -348,7 +365,8 @@ def main(argv: list[str] | None = None) -> dict:
                                          new_tokens=new_tokens, unbounded_s=args.unbounded_s, log=log,
                                          switch_interval_loads=[float(x) for x in args.gil_check_loads.split(",") if x],
                                          unbounded=shape in args.unbounded_shapes.split(","),
-                                         eager_loads=[float(x) for x in args.eager_check_loads.split(",") if x])
+                                         eager_loads=[float(x) for x in args.eager_check_loads.split(",") if x],
+                                         separate_loads=[float(x) for x in args.separate_loads.split(",") if x])
             except Exception as exc:  # report, do not hide: the other shape still runs
                 res[shape] = {"error": repr(exc)[:500]}
                 log(shape, "error", res[shape])

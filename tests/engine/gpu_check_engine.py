@@ -1,7 +1,8 @@
 """GPU check of the engine (run by hand on a CUDA host; not collected by pytest).
 
 Same random weights (SmolLM2 shape, bf16): torch_fa2 packed vs torch_fa2 solo vs sdpa packed,
-through the real BinDispatcher (pinned slots, side-stream copies); then a Summarizer-free docs/s
+through the real BinDispatcher (pinned slots, side-stream copies); prompts arriving in waves while
+others decode, with mixed steps vs separate prefill and decode steps; then a Summarizer-free docs/s
 figure for continuous batching. Prints JSON lines.
 """
 
@@ -19,6 +20,7 @@ from worker.engine.engine import Engine
 from worker.engine.kv_arena import KVArena
 from worker.engine.runner import ModelRunner
 from worker.engine.sequence import SamplingParams
+from worker.engine.step_trace import StepTrace
 from worker.model import ModelConfig, random_model
 
 SMOL = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30, num_heads=9,
@@ -26,17 +28,25 @@ SMOL = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layer
             tie_word_embeddings=True, eos_token_ids=())
 
 
-def run(loaded, prompts, max_new, budget, rows):
+def run(loaded, prompts, max_new, budget, rows, *, mixed=True, waves=1):
+    """waves > 1: the prompts arrive in that many waves, a few engine steps apart (later ones while
+    earlier ones decode)."""
     dispatcher = BinDispatcher(budget, alignment=16, num_slots=3, max_seqs_per_bin=512,
                                queue_capacity_tokens=1 << 24)
     arena = KVArena(loaded.config, rows, dtype=loaded.dtype, device=loaded.device)
     engine = Engine(ModelRunner(loaded.model, arena.cache, loaded.device), dispatcher, arena.slabs,
-                    eos_ids=(), max_context=loaded.config.max_position_embeddings)
+                    eos_ids=(), max_context=loaded.config.max_position_embeddings, mixed_steps=mixed)
     dispatcher.start()
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    seqs = [engine.add(p, SamplingParams(max_new_tokens=max_new)) for p in prompts]
-    steps = 0
+    size = -(-len(prompts) // waves)
+    engine.trace = StepTrace()
+    seqs, steps = [], 0
+    for i in range(0, len(prompts), size):
+        seqs += [engine.add(p, SamplingParams(max_new_tokens=max_new)) for p in prompts[i:i + size]]
+        for _ in range(4 if i + size < len(prompts) else 0):
+            engine.step()
+            steps += 1
     while not all(s.is_done for s in seqs):
         engine.step()
         steps += 1
@@ -45,7 +55,8 @@ def run(loaded, prompts, max_new, budget, rows):
     dispatcher.close()
     errors = [repr(s.error) for s in seqs if s.error]
     assert arena.slabs.num_used_rows == 0
-    return [s.output for s in seqs], wall, steps, errors
+    kinds = {k: v["steps"] for k, v in engine.trace.summary().items() if isinstance(v, dict)}
+    return [s.output for s in seqs], wall, kinds, errors
 
 
 def main() -> None:
@@ -64,6 +75,17 @@ def main() -> None:
                       "equal_first_token": first(packed[:12], solo)}))
     print(json.dumps({"check": "fa2_vs_sdpa_packed", "equal_seqs": same(packed, ref), "of": len(prompts),
                       "equal_first_token": first(packed, ref), "sdpa_errors": err2[:3]}))
+    # Waves arriving while earlier prompts decode: mixed steps vs separate steps vs the sdpa reference.
+    mixed, _, steps_m, err_m = run(fa2, prompts, 16, 2048, 200_000, mixed=True, waves=6)
+    apart, _, steps_a, err_a = run(fa2, prompts, 16, 2048, 200_000, mixed=False, waves=6)
+    ref_w, _, _, _ = run(sdpa, prompts, 16, 2048, 200_000, mixed=False, waves=6)
+    head = lambda a, b, n: sum(x[:n] == y[:n] for x, y in zip(a, b))  # noqa: E731
+    print(json.dumps({"check": "mixed_vs_separate_steps_fa2", "equal_seqs": same(mixed, apart), "of": len(prompts),
+                      "equal_first_4": head(mixed, apart, 4), "steps": [steps_m, steps_a],
+                      "errors": (err_m + err_a)[:3]}))
+    print(json.dumps({"check": "waves_vs_sdpa", "mixed_equal": same(mixed, ref_w), "separate_equal": same(apart, ref_w),
+                      "of": len(prompts), "mixed_equal_first_4": head(mixed, ref_w, 4),
+                      "separate_equal_first_4": head(apart, ref_w, 4)}))
     # continuous batching throughput: 400 prompts, 128 new tokens
     many = [[rng.randrange(3, 49152) for _ in range(rng.choice([rng.randint(60, 170), rng.randint(2300, 2600)]))]
             for _ in range(400)]

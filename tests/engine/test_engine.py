@@ -128,7 +128,7 @@ def test_engine_model_error_fails_only_that_step(tiny_model):
     engine = make_engine(tiny_model)
     bad = engine.add([5, 6, 7], SamplingParams(max_new_tokens=4))
     original = engine.runner.prefill_bin
-    engine.runner.prefill_bin = lambda *a: (_ for _ in ()).throw(RuntimeError("boom"))
+    engine.runner.prefill_bin = lambda *a, **kw: (_ for _ in ()).throw(RuntimeError("boom"))
     run_until_done(engine, [bad])
     assert isinstance(bad.error, RuntimeError)
     engine.runner.prefill_bin = original
@@ -240,15 +240,15 @@ def test_engine_decode_batch_mixes_stop_sets_eos_and_lengths(tiny_model):
 
 
 def test_engine_bin_out_of_memory_is_split_in_halves_down_to_one_and_loses_nothing(tiny_model):
-    engine = make_engine(tiny_model, token_budget=64)
+    engine = make_engine(tiny_model, token_budget=64, mixed_steps=False)  # mixed steps: test_mixed_steps
     original = engine.runner.prefill_bin
     sizes = []
 
-    def prefill_bin(device_bin, starts, *rest):
+    def prefill_bin(device_bin, starts, *rest, **kw):
         sizes.append(len(starts))
         if len(starts) > 1:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return original(device_bin, starts, *rest)
+        return original(device_bin, starts, *rest, **kw)
 
     engine.runner.prefill_bin = prefill_bin
     prompts = random_prompts(4, 5, 12, seed=41)

@@ -87,8 +87,8 @@ def test_prefix_reuse_logits_match_full_prefill(tiny_model):
     captured = []
     original = engine.runner.prefill_bin
 
-    def capture(*args):
-        logits = original(*args)
+    def capture(*args, **kw):
+        logits = original(*args, **kw)
         captured.append(logits.clone())
         return logits
 
@@ -144,11 +144,11 @@ def test_prefix_reuse_waiters_of_a_failed_prompt_go_ahead_and_finish(tiny_model)
     engine = make_engine(tiny_model, token_budget=256, prefix_blocks=64)
     original, calls = engine.runner.prefill_bin, []
 
-    def fail_first(*args):
+    def fail_first(*args, **kw):
         calls.append(len(calls))
         if len(calls) == 1:
             raise RuntimeError("the first bin fails")
-        return original(*args)
+        return original(*args, **kw)
 
     engine.runner.prefill_bin = fail_first
     seqs = [engine.add(p, SamplingParams(max_new_tokens=6)) for p in prompts]
@@ -181,7 +181,7 @@ def test_prefix_reuse_head_too_big_for_the_cache_never_serialises_the_burst(tiny
     prompts = _burst(1, 12, seed=11)
     engine = make_engine(tiny_model, token_budget=512, prefix_blocks=3)
     bins, original = [], engine.runner.prefill_bin
-    engine.runner.prefill_bin = lambda b, starts, *a: (bins.append(len(starts)), original(b, starts, *a))[1]
+    engine.runner.prefill_bin = lambda b, starts, *a, **kw: (bins.append(len(starts)), original(b, starts, *a, **kw))[1]
     seqs = _run(engine, prompts, max_new=4)
     assert len(bins) <= 3 and sum(bins) == 12
     assert [s.output for s in seqs] == [reference_greedy(tiny_model, p, 4) for p in prompts]

@@ -1,7 +1,7 @@
 """Scheduler decisions without a model: bin admission, holding, chunk/decode alternation."""
 
 from worker.engine.kv_arena import SlabAllocator
-from worker.engine.scheduler import Decode, PrefillBin, PrefillChunk, Scheduler
+from worker.engine.scheduler import Decode, MixedStep, PrefillBin, PrefillChunk, Scheduler
 from worker.engine.sequence import SamplingParams, Sequence
 
 
@@ -58,7 +58,7 @@ def test_scheduler_small_bin_waits_for_decode_share_after_a_prefill():
         sched.observe_step(plan, 0.020 if isinstance(plan, Decode) else 0.040)
         sched.postprocess(plan, [101] * len(plan.seqs))
     # 1.5 x 40 ms of decode (three 20 ms steps) before the small bin's prefill.
-    assert steps == ["Decode", "Decode", "Decode", "PrefillBin", "Decode"]
+    assert steps == ["Decode", "Decode", "Decode", "MixedStep", "Decode"]
 
 
 def test_scheduler_bin_of_half_the_budget_joins_decoding_at_once():
@@ -69,7 +69,8 @@ def test_scheduler_bin_of_half_the_budget_joins_decoding_at_once():
     sched.observe_step(plan, 0.040)
     sched.postprocess(plan, [100])
     sched.add_bin("bin-b", [_seq(1, 16, new=50), _seq(2, 16, new=50)])  # 32 of 64 tokens
-    assert isinstance(sched.schedule(), PrefillBin)
+    plan = sched.schedule()
+    assert isinstance(plan, MixedStep) and plan.prefill.bin == "bin-b" and plan.decode.seqs == [first]
 
 
 def test_scheduler_paces_small_bins_on_the_fixed_part_of_a_long_prefill_only():
@@ -87,4 +88,62 @@ def test_scheduler_paces_small_bins_on_the_fixed_part_of_a_long_prefill_only():
         steps.append(type(plan).__name__)
         sched.observe_step(plan, PREFILL_FIXED_COST_S if isinstance(plan, Decode) else 0.0)
         sched.postprocess(plan, [101] * len(plan.seqs))
-    assert steps == ["Decode", "Decode", "PrefillBin"]  # 1.5 x the fixed part, not 1.5 x the whole
+    assert steps == ["Decode", "Decode", "MixedStep"]  # 1.5 x the fixed part, not 1.5 x the whole
+
+
+def _splitter(work, seqs, k):
+    return (work, "head", k), (work, "rest", k)
+
+
+def test_scheduler_mixed_step_carries_every_decoding_sequence_and_they_advance_first():
+    sched = Scheduler(SlabAllocator(400), eos_ids=(), chunk_tokens=64)
+    first = _seq(0, 10, new=3)
+    sched.add_bin("bin-a", [first])
+    sched.postprocess(sched.schedule(), [100])
+    sched.postprocess(sched.schedule(), [101])  # a decode step: first has 2 of its 3 tokens
+    new = _seq(1, 40, new=5)
+    sched.add_bin("bin-b", [new])
+    plan = sched.schedule()
+    assert isinstance(plan, MixedStep) and plan.seqs == [new, first]
+    finished = sched.postprocess(plan, [200, 102])
+    assert finished == [first] and first.output == [100, 101, 102] and first.slab_start == -1
+    assert new.output == [200] and sched.running == [new]
+
+
+def test_scheduler_cuts_a_large_bin_into_step_sized_parts_while_sequences_decode():
+    from worker.engine.scheduler import PREFILL_FIXED_COST_S, STEP_TARGET_S
+
+    sched = Scheduler(SlabAllocator(10_000), eos_ids=(), chunk_tokens=2000, split_bin=_splitter)
+    sched.add_bin("bin-a", [_seq(0, 1000, new=50)])
+    plan = sched.schedule()
+    assert sched.step_prompt_tokens() is None  # nothing measured yet: no cut
+    # 1000 prompt tokens took the fixed cost + 2 x the step target: a step holds 500 tokens.
+    sched.observe_step(plan, PREFILL_FIXED_COST_S + 2 * STEP_TARGET_S)
+    sched.postprocess(plan, [100])
+    assert sched.step_prompt_tokens() == 500
+    seqs = [_seq(i, 200, new=50) for i in range(1, 6)]
+    sched.add_bin("bin-b", seqs)
+    parts = []
+    for _ in range(3):  # no pacing between the parts (nor before: half the token budget)
+        plan = sched.schedule()
+        assert isinstance(plan, MixedStep)
+        parts.append((plan.prefill.bin, [s.seq_id for s in plan.prefill.seqs]))
+        sched.observe_step(plan, PREFILL_FIXED_COST_S + 2 * STEP_TARGET_S * 400 / 1000)  # same cost per token
+        sched.postprocess(plan, [7] * len(plan.seqs))
+    assert parts == [(("bin-b", "head", 2), [1, 2]),
+                     ((("bin-b", "rest", 2), "head", 2), [3, 4]),
+                     ((("bin-b", "rest", 2), "rest", 2), [5])]
+    assert not sched.waiting_bins and [s.seq_id for s in sched.running] == [0, 1, 2, 3, 4, 5]
+
+
+def test_scheduler_keeps_a_bin_whole_when_nothing_decodes():
+    from worker.engine.scheduler import PREFILL_FIXED_COST_S, STEP_TARGET_S
+
+    sched = Scheduler(SlabAllocator(10_000), eos_ids=(), chunk_tokens=4096, split_bin=_splitter)
+    sched.add_bin("bin-a", [_seq(0, 1000, new=1)])
+    plan = sched.schedule()
+    sched.observe_step(plan, PREFILL_FIXED_COST_S + 2 * STEP_TARGET_S)
+    assert sched.postprocess(plan, [100])  # finished: nothing decodes
+    sched.add_bin("bin-b", [_seq(i, 200) for i in range(1, 6)])
+    plan = sched.schedule()
+    assert isinstance(plan, PrefillBin) and plan.bin == "bin-b" and len(plan.seqs) == 5

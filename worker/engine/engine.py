@@ -10,6 +10,7 @@ come out of `finished`. An exception while running a step fails only that step's
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import logging
 import queue
@@ -21,13 +22,13 @@ import numpy as np
 import torch
 
 from worker.dispatch import Backpressure, DispatcherClosed, SequenceTooLong
-from worker.engine.bins import BinWork, split_bin
+from worker.engine.bins import BinWork, split_bin, split_bin_at
 from worker.engine.errors import ContextTooLong, EngineClosed, OutOfMemory
 from worker.engine.kv_arena import SlabAllocator
 from worker.engine.prefix_reuse import PrefixReuse
-from worker.engine.runner import ModelRunner
+from worker.engine.runner import DecodeRows, ModelRunner
 from worker.engine.sampling import OutputTape, SamplingBatch
-from worker.engine.scheduler import Decode, Fail, Plan, PrefillBin, PrefillChunk, Scheduler
+from worker.engine.scheduler import Decode, Fail, MixedStep, Plan, PrefillBin, PrefillChunk, Scheduler
 from worker.engine.sequence import SamplingParams, Sequence
 from worker.engine.step_trace import StepTrace
 
@@ -41,7 +42,7 @@ MAX_DECODE_OOM_RETRIES = 3
 
 
 def _plan_kind(plan: Plan) -> str:
-    return {PrefillBin: "prefill", PrefillChunk: "chunk", Decode: "decode"}.get(type(plan), "fail")
+    return {PrefillBin: "prefill", PrefillChunk: "chunk", Decode: "decode", MixedStep: "mixed"}.get(type(plan), "fail")
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -70,6 +71,16 @@ class _SamplingRows:
                    np.array([s.slab_start + s.prompt_len for s in seqs], np.int64),
                    np.array([len(s.output) for s in seqs], np.int64))
 
+    @classmethod
+    def of_batch(cls, batch, part: slice = slice(None)) -> _SamplingRows:
+        """Rows `part` of a DecodeBatch."""
+        return cls(batch.temperature[part], batch.top_p[part], batch.penalty[part],
+                   batch.output_start[part], batch.out_len[part])
+
+    def followed_by(self, other: _SamplingRows) -> _SamplingRows:
+        return _SamplingRows(*(np.concatenate([getattr(self, f.name), getattr(other, f.name)])
+                               for f in dataclasses.fields(self)))
+
 
 class Engine:
     """Continuous-batching generation over packed bins and a KV slab arena."""
@@ -77,10 +88,11 @@ class Engine:
     def __init__(self, runner: ModelRunner, dispatcher, slabs: SlabAllocator, *,
                  eos_ids: tuple[int, ...], max_context: int, chunk_tokens: int | None = None,
                  detokenize=None, seed: int = 0, prefix_reuse: PrefixReuse | None = None,
-                 max_decode_seqs: int | None = None) -> None:
+                 max_decode_seqs: int | None = None, mixed_steps: bool = True) -> None:
         """prefix_reuse: the shared-prefix cache (its region lies outside `slabs`); None = off.
         max_decode_seqs: sequences admitted to decode at once (the probe's measure); None = as the
-        KV arena allows."""
+        KV arena allows. mixed_steps: a bin's prefill carries the decoding sequences' next tokens, a
+        large bin prefilled in parts while sequences decode (see scheduler.py); False: separate steps."""
         self.runner = runner
         self.dispatcher = dispatcher
         self.prefix = prefix_reuse
@@ -89,7 +101,8 @@ class Engine:
         self.max_context = max_context
         self.scheduler = Scheduler(slabs, eos_ids=eos_ids, detokenize=detokenize,
                                    chunk_tokens=chunk_tokens or dispatcher.token_budget,
-                                   max_decode_seqs=max_decode_seqs)
+                                   max_decode_seqs=max_decode_seqs, mixed_steps=mixed_steps,
+                                   split_bin=split_bin_at if mixed_steps else None)
         self.generator = torch.Generator(device=runner.device).manual_seed(seed)
         self.outputs = OutputTape(slabs.capacity, runner.device)  # repetition-penalty histories
         self.finished: queue.SimpleQueue[Sequence] = queue.SimpleQueue()
@@ -231,7 +244,7 @@ class Engine:
         # After a cached head, each sequence sees its head and its whole span (pads included).
         max_k = max(lens) if not any(s.prefix_len for s in seqs) else max(
             s.prefix_len + span for s, span in zip(seqs, spans))
-        work = BinWork(None, max(spans), max_k)
+        work = BinWork(None, max(spans), max_k, cu, lens)
         work.device_bin = self.dispatcher.to_device(packed, self.runner.device)
         self.scheduler.add_bin(work, seqs)
 
@@ -286,9 +299,11 @@ class Engine:
             self._emit(seqs)
             return
         self._decode_ooms = 0
-        if self.prefix is not None and (isinstance(plan, PrefillBin) or (isinstance(plan, PrefillChunk)
-                                                                         and plan.is_last)):
-            self._wake(self.prefix.remember(seqs))  # before postprocess may finish a sequence and free its slab
+        if self.prefix is not None:  # before postprocess may finish a sequence and free its slab
+            if isinstance(plan, (PrefillBin, MixedStep)):
+                self._wake(self.prefix.remember(plan.prefill.seqs if isinstance(plan, MixedStep) else seqs))
+            elif isinstance(plan, PrefillChunk) and plan.is_last:
+                self._wake(self.prefix.remember(seqs))
         self._emit(self.scheduler.postprocess(plan, tokens))
 
     def _after_out_of_memory(self, plan: Plan, seqs: list[Sequence], exc: BaseException) -> None:
@@ -299,10 +314,18 @@ class Engine:
         freed by finishing sequences may let it run) before its sequences fail."""
         if self.runner.device.type == "cuda":
             torch.cuda.empty_cache()
+        if isinstance(plan, MixedStep):  # the bin again, beside at most half as many decode rows from now on
+            self.scheduler.max_mixed_rows = len(plan.decode.seqs) // 2
+            self.scheduler.requeue_split(plan.prefill, [(plan.prefill.bin, plan.prefill.seqs)])
+            log.warning("a mixed step (a bin of %d sequences beside %d decoding) ran out of GPU memory; "
+                        "bins are prefilled beside at most %d decoding sequences from now on (else apart)",
+                        len(plan.prefill.seqs), len(plan.decode.seqs), self.scheduler.max_mixed_rows)
+            return
         if isinstance(plan, Decode):
             rows = min(self._decode_pass_rows or len(seqs), len(seqs))
             if rows > 1:  # split: the same tokens in passes of half as many rows, and so on
                 self._decode_pass_rows = rows // 2
+                self.scheduler.max_mixed_rows = 0  # a mixed step would carry every row again
                 log.warning("decode step of %d sequences ran out of GPU memory; running it in passes of %d",
                             len(seqs), self._decode_pass_rows)
                 return
@@ -330,12 +353,17 @@ class Engine:
 
     def _run_model(self, plan: Plan, seqs: list[Sequence]) -> np.ndarray:
         """The step's forward pass and sampling -> int64 [B] tokens (empty for a non-final chunk)."""
-        if isinstance(plan, PrefillBin):
-            work: BinWork = plan.bin
-            logits = self.runner.prefill_bin(work.device_bin, [s.slab_start for s in seqs],
-                                             work.max_seqlen_q, work.max_seqlen_k,
-                                             [s.prefix_len for s in seqs])
-            rows = _SamplingRows.of(seqs)
+        if isinstance(plan, (PrefillBin, MixedStep)):
+            prefill = plan.prefill if isinstance(plan, MixedStep) else plan
+            work: BinWork = prefill.bin
+            batch = self.scheduler.decoding if isinstance(plan, MixedStep) else None  # the plan's decode rows
+            logits = self.runner.prefill_bin(
+                work.device_bin, [s.slab_start for s in prefill.seqs], work.max_seqlen_q, work.max_seqlen_k,
+                [s.prefix_len for s in prefill.seqs],
+                decode=None if batch is None else DecodeRows(batch.last_token, batch.position, batch.slab_start))
+            rows = _SamplingRows.of(prefill.seqs)
+            if batch is not None:
+                rows = rows.followed_by(_SamplingRows.of_batch(batch))
         elif isinstance(plan, PrefillChunk):
             logits = self.runner.prefill_chunk(plan.seq.prompt[plan.start:plan.end], plan.start,
                                                plan.seq.slab_start)
@@ -353,9 +381,7 @@ class Engine:
         """Decode and sample rows `part` of the decode batch -> int64 tokens of those rows."""
         logits = self.runner.decode(batch.last_token[part], batch.position[part], batch.slab_start[part],
                                     batch.head_start[part], batch.head_len[part])
-        rows = _SamplingRows(batch.temperature[part], batch.top_p[part], batch.penalty[part],
-                             batch.output_start[part], batch.out_len[part])
-        return self._sample(logits, rows)
+        return self._sample(logits, _SamplingRows.of_batch(batch, part))
 
     def _sample(self, logits: torch.Tensor, rows: _SamplingRows) -> np.ndarray:
         penalised = bool((rows.penalty != 1.0).any())

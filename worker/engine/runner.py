@@ -8,13 +8,24 @@ go through `DecodeGraphs` (static buffers, one captured CUDA graph per batch buc
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from worker.engine.decode_graphs import DecodeGraphs
 from worker.model.attention import AttentionMetadata
 from worker.model.kv_cache import KVCache
 from worker.settings.environment import DECODE_GRAPHS as GRAPHS_ENV
+
+
+@dataclass(frozen=True)
+class DecodeRows:
+    """Decoding sequences carried by a prefill pass: int64 [N] each (host arrays)."""
+
+    tokens: np.ndarray       # the token each feeds (its last sampled)
+    positions: np.ndarray    # its position = KV rows already cached
+    slab_starts: np.ndarray
 
 
 class ModelRunner:
@@ -49,19 +60,22 @@ class ModelRunner:
 
     @torch.inference_mode()
     def prefill_bin(self, bin, slab_starts: list[int], max_seqlen_q: int, max_seqlen_k: int,
-                    prefix_lens: list[int] | None = None) -> torch.Tensor:
+                    prefix_lens: list[int] | None = None, decode: DecodeRows | None = None) -> torch.Tensor:
         """Prefill a packed device bin whose sequences own the given slabs -> float32 [B, V] last-token logits.
 
         prefix_lens: rows already on each slab (a cached head); the bin then holds only the rest of
         each prompt, at positions continuing from there, attending to the slab through the tape.
-        max_seqlen_k is the longest prefix + span then."""
+        max_seqlen_k is the longest prefix + span then.
+        decode: decoding sequences carried in the same pass, one token each after the bin's tokens
+        (a mixed step); their logits follow the bin's -> [B + len(decode), V]."""
         input_ids = bin.input_ids.long()                       # [T]
         position_ids = bin.position_ids.long()                 # [T] restart at 0 per sequence; pads continue
         cu_seqlens = bin.cu_seqlens.to(torch.int32)            # [B+1] spans include alignment pads
         seq_lens = bin.seq_lens.to(torch.int32)                # [B] real lengths (of what the bin holds)
+        last_index = bin.last_token_index.long()               # [B]
         num_tokens = input_ids.shape[0]
-        from_zero = not prefix_lens or not any(prefix_lens)
-        starts, offsets = self._upload(slab_starts, prefix_lens if not from_zero else [0] * len(slab_starts))
+        from_zero = (not prefix_lens or not any(prefix_lens)) and decode is None
+        starts, offsets = self._upload(slab_starts, prefix_lens or [0] * len(slab_starts))
         spans = cu_seqlens[1:] - cu_seqlens[:-1]               # [B]
         seg = torch.repeat_interleave(torch.arange(spans.shape[0], device=self.device), spans,
                                       output_size=num_tokens)  # [T] sequence index of each token
@@ -69,13 +83,26 @@ class ModelRunner:
         if not from_zero:
             position_ids = position_ids + offsets[seg]         # [T] continue after the cached head
         slot_mapping = torch.where(is_real, starts[seg] + position_ids, -1)  # [T]
-        # After a cached head the pass reads the slabs, and seqused_k counts a span's pads (see attention.py).
+        # Through the tape (a cached head, decode rows beside) seqused_k counts a span's pads (see attention.py).
         seqused_k = seq_lens if from_zero else (offsets + spans).to(torch.int32)
+        if decode is not None:  # each decoding sequence: a span of one token at its position
+            num_rows = len(decode.tokens)
+            ids, pos, dec_starts = self._upload(decode.tokens.tolist(), decode.positions.tolist(),
+                                                decode.slab_starts.tolist())
+            input_ids = torch.cat([input_ids, ids])
+            position_ids = torch.cat([position_ids, pos])
+            slot_mapping = torch.cat([slot_mapping, dec_starts + pos])
+            rows = torch.arange(1, num_rows + 1, device=self.device, dtype=torch.int32)
+            cu_seqlens = torch.cat([cu_seqlens, num_tokens + rows])
+            starts = torch.cat([starts, dec_starts])
+            seqused_k = torch.cat([seqused_k, (pos + 1).to(torch.int32)])
+            last_index = torch.cat([last_index, num_tokens - 1 + rows.long()])
+            max_seqlen_k = max(max_seqlen_k, int(decode.positions.max()) + 1)
         attn = AttentionMetadata(
             cu_seqlens_q=cu_seqlens, max_seqlen_q=max_seqlen_q,
             slab_starts=starts.to(torch.int32), seqused_k=seqused_k, max_seqlen_k=max_seqlen_k,
             slot_mapping=slot_mapping, is_prefill_from_zero=from_zero)
-        return self.model(input_ids, position_ids, attn, self.kv, bin.last_token_index.long())
+        return self.model(input_ids, position_ids, attn, self.kv, last_index)
 
     @torch.inference_mode()
     def prefill_chunk(self, tokens: list[int], start: int, slab_start: int) -> torch.Tensor:

@@ -1,8 +1,10 @@
 """Scheduler: decides what the next engine step does. Never touches tensors.
 
 Priority per step: prefill the oldest waiting bin when all its slabs fit (new work joins the
-decode batch early); else one chunk of a long input, alternating with decode steps so active
-sequences keep moving; else one decode step over every active sequence.
+decode batch early), carrying every decoding sequence's next token in the same forward (a mixed
+step), so decoding never stops for a prefill; a bin whose prefill would take longer than a step
+should is cut into parts prefilled one per step. Else one chunk of a long input, alternating with
+decode steps so active sequences keep moving; else one decode step over every active sequence.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class PrefillBin:
 
     bin: Any
     seqs: list[Sequence]
+    is_part: bool = False  # a part of a larger bin cut to keep steps short
 
 
 @dataclass
@@ -51,6 +54,18 @@ class Decode:
 
 
 @dataclass
+class MixedStep:
+    """One forward that prefills a bin and advances every decoding sequence one token."""
+
+    prefill: PrefillBin
+    decode: Decode
+
+    @property
+    def seqs(self) -> list[Sequence]:
+        return self.prefill.seqs + self.decode.seqs
+
+
+@dataclass
 class Fail:
     """Sequences that can never run (e.g. larger than the whole arena)."""
 
@@ -58,7 +73,7 @@ class Fail:
     error: BaseException
 
 
-Plan = PrefillBin | PrefillChunk | Decode | Fail
+Plan = PrefillBin | PrefillChunk | Decode | MixedStep | Fail
 
 # Out-of-memory retries halve a long input's chunk down to this many tokens before the sequence fails.
 MIN_OOM_CHUNK = 256
@@ -73,15 +88,27 @@ MIN_OOM_CHUNK = 256
 # load); meanwhile later arrivals pack into the next, fuller bin.
 DECODE_TIME_PER_PREFILL = 1.5
 PREFILL_FIXED_COST_S = 0.05
+# While sequences decode, a bin is prefilled in parts of at most as many prompt tokens as the last
+# prefills took STEP_TARGET_S for (beyond PREFILL_FIXED_COST_S), each part a mixed step: a decoding
+# sequence then waits about this long per token instead of a whole bin's prefill (a 7B model's bin
+# of 13 prompts: 172 ms). A small model's prefill is mostly fixed cost, so its bins stay whole.
+STEP_TARGET_S = 0.05
+_COST_SMOOTHING = 0.3  # weight of the newest prefill in the per-token cost estimate
+
+# (bin, its sequences, k) -> (bin of the first k sequences, bin of the rest); opaque bins, the engine's.
+BinSplitter = Callable[[Any, list[Sequence], int], tuple[Any, Any]]
 
 
 class Scheduler:
     """Queues of waiting bins, long inputs and active sequences; owns slab admission. Engine thread only."""
 
     def __init__(self, slabs: SlabAllocator, *, eos_ids: tuple[int, ...], chunk_tokens: int,
-                 detokenize: Callable[[list[int]], str] | None = None, max_decode_seqs: int | None = None) -> None:
+                 detokenize: Callable[[list[int]], str] | None = None, max_decode_seqs: int | None = None,
+                 mixed_steps: bool = True, split_bin: BinSplitter | None = None) -> None:
         """max_decode_seqs: sequences admitted at once (decoding or being prefilled); a bin that would
-        go past it waits for sequences to finish (one that exceeds it alone runs when nothing else does)."""
+        go past it waits for sequences to finish (one that exceeds it alone runs when nothing else does).
+        mixed_steps: a bin's prefill carries the decoding sequences' next tokens (else separate steps).
+        split_bin: cuts a bin in two (None: bins are never cut to keep steps short)."""
         if chunk_tokens < 1:
             raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
         if max_decode_seqs is not None and max_decode_seqs < 1:
@@ -100,6 +127,10 @@ class Scheduler:
         self._last_was_chunk = False
         self._last_prefill_s = 0.0         # run time of the last bin's prefill step
         self._decode_since_prefill_s = 0.0  # decode steps' run time since then
+        self.mixed_steps = mixed_steps
+        self.max_mixed_rows: int | None = None  # decode rows a mixed step may carry (after out of memory)
+        self._split_bin = split_bin
+        self._prefill_s_per_token: float | None = None  # beyond the fixed cost; None until measured
 
     # -- intake -----------------------------------------------------------------------------
     def add_bin(self, bin: Any, seqs: list[Sequence]) -> None:
@@ -132,6 +163,8 @@ class Scheduler:
     def schedule(self) -> Plan | None:
         """The next step's work, with slabs allocated for anything it admits; None when idle."""
         plan = self._admit_bin() or self._admit_long()
+        if isinstance(plan, PrefillBin) and self._may_mix():
+            return MixedStep(plan, Decode(list(self.decoding.seqs)))
         if plan is not None:
             return plan
         if self.prefilling is not None and not (self._last_was_chunk and self.decoding):
@@ -143,15 +176,52 @@ class Scheduler:
         return Decode(list(self.decoding.seqs)) if self.decoding else None
 
     def observe_step(self, plan: Plan, seconds: float) -> None:
-        """How long a step took to run (the engine reports each one): paces small bins' prefills."""
+        """How long a step took to run (the engine reports each one): paces small bins' prefills and
+        sizes the parts a bin is cut into."""
+        if isinstance(plan, MixedStep):
+            plan = plan.prefill
         if isinstance(plan, PrefillBin):
             self._last_prefill_s, self._decode_since_prefill_s = seconds, 0.0
+            tokens = sum(s.prompt_len - s.prefix_len for s in plan.seqs)
+            cost = max(seconds - PREFILL_FIXED_COST_S, 0.0) / max(tokens, 1)
+            old = self._prefill_s_per_token
+            self._prefill_s_per_token = cost if old is None else old + _COST_SMOOTHING * (cost - old)
         elif isinstance(plan, Decode):
             self._decode_since_prefill_s += seconds
 
+    def _may_mix(self) -> bool:
+        return (self.mixed_steps and bool(self.decoding)
+                and (self.max_mixed_rows is None or len(self.decoding) <= self.max_mixed_rows))
+
+    def step_prompt_tokens(self) -> int | None:
+        """Prompt tokens one step beside decoding may prefill (None: no bound, or not measured yet)."""
+        cost = self._prefill_s_per_token
+        if self._split_bin is None or not cost:
+            return None
+        return max(1, round(STEP_TARGET_S / cost))
+
+    def _cut_to_step(self, work: PrefillBin) -> None:
+        """While sequences decode, keep only the head of the oldest bin that fits one step; the rest
+        stays first in the queue as a bin of its own, prefilled by the next steps without waiting."""
+        limit = self.step_prompt_tokens() if self.decoding else None
+        if limit is None or len(work.seqs) < 2:
+            return
+        total, keep = 0, 0
+        for seq in work.seqs:
+            total += seq.prompt_len - seq.prefix_len
+            if keep and total > limit:
+                break
+            keep += 1
+        if keep == len(work.seqs):
+            return
+        head, rest = self._split_bin(work.bin, work.seqs, keep)
+        self.waiting_bins[0] = PrefillBin(head, work.seqs[:keep], is_part=True)
+        self.waiting_bins.insert(1, PrefillBin(rest, work.seqs[keep:], is_part=True))
+
     def _bin_may_wait(self, work: PrefillBin) -> bool:
-        """A small bin waits while decoding has had less than its share since the last prefill."""
-        if not self.decoding:
+        """A small bin waits while decoding has had less than its share since the last prefill
+        (the parts of a cut bin do not: it was large)."""
+        if not self.decoding or work.is_part:
             return False
         new_tokens = sum(s.prompt_len - s.prefix_len for s in work.seqs)
         return (2 * new_tokens < self.chunk_tokens
@@ -165,8 +235,11 @@ class Scheduler:
     def _admit_bin(self) -> Plan | None:
         if not self.waiting_bins:
             return None
+        if self._bin_may_wait(self.waiting_bins[0]):
+            return None
+        self._cut_to_step(self.waiting_bins[0])
         work = self.waiting_bins[0]
-        if self._bin_may_wait(work) or not self._decode_has_room(len(work.seqs)):
+        if not self._decode_has_room(len(work.seqs)):
             return None
         sizes = [s.slab_rows for s in work.seqs]
         starts = self.slabs.allocate_all(sizes)
@@ -213,6 +286,11 @@ class Scheduler:
     def postprocess(self, plan: Plan, tokens: list[int]) -> list[Sequence]:
         """Apply one step's sampled tokens (one per sequence that produced logits); return finished ones."""
         now = time.perf_counter()
+        if isinstance(plan, MixedStep):  # the decoding rows first, then the new sequences join them
+            first = len(plan.prefill.seqs)
+            tokens = np.asarray(tokens, dtype=np.int64)
+            finished = self._apply_decode(tokens[first:], now)
+            return finished + self.postprocess(plan.prefill, tokens[:first])
         if isinstance(plan, PrefillChunk):
             seq = plan.seq
             seq.num_prefilled = plan.end

@@ -58,6 +58,7 @@ class StepTrace:
                         between[j] += 1
             out["decode_interval_median_ms"] = 1e3 * statistics.median(gaps)
             out["decode_interval_p90_ms"] = 1e3 * sorted(gaps)[int(0.9 * (len(gaps) - 1))]
+            out["decode_interval_p99_ms"] = 1e3 * sorted(gaps)[int(0.99 * (len(gaps) - 1))]
             out["share_of_decode_intervals_with_a_prefill"] = sum(b > 0 for b in between) / len(gaps)
         out["take_work_total_s"] = sum(r[1] for r in rows)
         return out
