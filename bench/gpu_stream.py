@@ -58,10 +58,25 @@ def percentile(values: list[float], q: float) -> float | None:
 
 def capacity_run(summarizer, records) -> dict:
     """Every record queued at once (the offline iteration): records/s."""
+    trace = summarizer.engine.trace
+    if trace is not None:
+        trace.clear()
     t0 = time.perf_counter()
     failed = sum(isinstance(r, Exception) for _, r in summarizer.results_in_order(records))
     dt = time.perf_counter() - t0
-    return {"records": len(records), "failed": failed, "seconds": dt, "records_per_s": len(records) / dt}
+    out = {"records": len(records), "failed": failed, "seconds": dt, "records_per_s": len(records) / dt}
+    if trace is not None:
+        out["steps"] = trace.summary(since_s=t0)
+    return out
+
+
+# Scheduler settings compared by --capacity-variants (attributes of worker.engine.scheduler.Scheduler).
+CAPACITY_VARIANTS = {
+    "mixed": {},
+    "mixed_uncut": {"_split_bin": None},
+    "mixed_decode_rows_256": {"max_mixed_rows": 256},
+    "separate": {"mixed_steps": False},
+}
 
 
 class _Collector(threading.Thread):
@@ -153,7 +168,7 @@ def build_cpu_loaded(new_tokens: int):
 
 def shape_sweep(shape: str, loaded, records, *, loads, seconds: float, new_tokens: int,
                 unbounded_s: float, log, switch_interval_loads=(), unbounded=True, eager_loads=(),
-                separate_loads=(), into: dict | None = None) -> dict:
+                separate_loads=(), capacity_variants=(), into: dict | None = None) -> dict:
     from gpu_job import worker_summarizer
     from worker.engine.step_trace import StepTrace
 
@@ -167,6 +182,17 @@ def shape_sweep(shape: str, loaded, records, *, loads, seconds: float, new_token
     list(summarizer.results_in_order(warm))  # compile, capture graphs, start the preprocessing pool
     n_cap = CAPACITY_RECORDS.get(shape, 1000)
     cap_records = (records * (1 + n_cap // len(records)))[:n_cap]
+    scheduler = summarizer.engine.scheduler
+    for name in capacity_variants:  # side by side, before the default's capacity sets the loads
+        saved = {k: getattr(scheduler, k) for k in CAPACITY_VARIANTS[name]}
+        for k, v in CAPACITY_VARIANTS[name].items():
+            setattr(scheduler, k, v)
+        try:
+            res[f"capacity_{name}"] = capacity_run(summarizer, cap_records)
+        finally:
+            for k, v in saved.items():
+                setattr(scheduler, k, v)
+        log(shape, f"capacity, {name}", res[f"capacity_{name}"])
     res["capacity"] = capacity_run(summarizer, cap_records)
     capacity = res["capacity"]["records_per_s"]
     log(shape, "capacity", res["capacity"])
@@ -321,6 +347,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--gil-check-loads", default="", help="loads run again with sys.setswitchinterval / 10")
     ap.add_argument("--separate-loads", default="",
                     help="loads (and the capacity) run again with prefill and decode as separate steps")
+    ap.add_argument("--capacity-variants", default="",
+                    help=f"capacity runs of these scheduler variants first ({', '.join(CAPACITY_VARIANTS)})")
     ap.add_argument("--cpu", action="store_true", help="tiny random model on CPU: correctness only")
     ap.add_argument("--new-tokens", type=int, default=None)
     args = ap.parse_args(argv)
@@ -349,7 +377,8 @@ def main(argv: list[str] | None = None) -> dict:
         records = records_for("short", 16)
         res["tiny"] = shape_sweep("tiny", loaded, records, loads=loads, seconds=args.seconds,
                                   new_tokens=new_tokens, unbounded_s=args.unbounded_s, log=log,
-                                  separate_loads=[float(x) for x in args.separate_loads.split(",") if x])
+                                  separate_loads=[float(x) for x in args.separate_loads.split(",") if x],
+                                  capacity_variants=[x for x in args.capacity_variants.split(",") if x])
     else:
         from worker.model.tokenizer import load_tokenizer
 
@@ -366,7 +395,8 @@ def main(argv: list[str] | None = None) -> dict:
                                          switch_interval_loads=[float(x) for x in args.gil_check_loads.split(",") if x],
                                          unbounded=shape in args.unbounded_shapes.split(","),
                                          eager_loads=[float(x) for x in args.eager_check_loads.split(",") if x],
-                                         separate_loads=[float(x) for x in args.separate_loads.split(",") if x])
+                                         separate_loads=[float(x) for x in args.separate_loads.split(",") if x],
+                                         capacity_variants=[x for x in args.capacity_variants.split(",") if x])
             except Exception as exc:  # report, do not hide: the other shape still runs
                 res[shape] = {"error": repr(exc)[:500]}
                 log(shape, "error", res[shape])

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 import torch.nn.attention.varlen as varlen_module
 from worker.model import KVCache, ModelConfig, random_model, select_backend
-from worker.model.attention import SdpaBackend, TorchFa2Backend
+from worker.model.attention import AttentionMetadata, SdpaBackend, TorchFa2Backend
 
 from tests.model.helpers import rel_err, run_packed
 
@@ -98,3 +98,40 @@ def test_torch_fa2_backend_plumbing_matches_sdpa(varlen, monkeypatch):
     got = prefill_chunk_decode()
     assert not torch.isnan(got).any()
     assert rel_err(got, expected) < 1e-5
+
+
+def test_tape_attention_splits_a_mixed_step_between_fa2_and_the_decode_kernel(monkeypatch):
+    """Prefill spans go to FA2, the decode rows after them to the decode kernel; same result as SDPA."""
+    import dataclasses
+
+    import worker.model.attention as attention
+    import worker.model.decode_attention as decode_module
+    from worker.model.attention import build_pass, tape_attention
+
+    calls = {}
+
+    def fa2(*args, **kw):
+        calls["fa2_seqs"] = args[3].shape[0] - 1
+        return fake_flash_attention_forward(*args, **kw)
+
+    def decode_kernel(q, k_tape, v_tape, slab_starts, seqused_k, scale, head_starts=None, head_lens=None):
+        calls["decode_rows"] = q.shape[0]
+        meta = AttentionMetadata(cu_seqlens_q=torch.arange(q.shape[0] + 1, dtype=torch.int32), max_seqlen_q=1,
+                                 slab_starts=slab_starts, seqused_k=seqused_k, max_seqlen_k=int(seqused_k.max()),
+                                 slot_mapping=torch.zeros(0, dtype=torch.int64), is_prefill_from_zero=False)
+        return SdpaBackend._decode(q, k_tape, v_tape, meta, scale)
+
+    monkeypatch.setattr(torch.ops.aten, "_flash_attention_forward", fa2)
+    monkeypatch.setattr(decode_module, "decode_attention", decode_kernel)
+    monkeypatch.setattr(attention, "_triton_decode_ok", lambda q: True)
+    # Two prompts (one after a cached head of 5 rows, with 3 pads) and three decoding sequences.
+    meta, _ = build_pass([7, 4, 1, 1, 1], [0, 5, 9, 30, 2], [0, 40, 80, 120, 160], pad_lens=[0, 3, 0, 0, 0])
+    meta = dataclasses.replace(meta, num_decode_rows=3)
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(int(meta.cu_seqlens_q[-1]), 4, 16, generator=gen)
+    k_tape, v_tape = torch.randn(2, 200, 2, 16, generator=gen)
+    got = tape_attention(q, k_tape, v_tape, meta, 0.25)
+    assert calls == {"fa2_seqs": 2, "decode_rows": 3}
+    expected = SdpaBackend().attend(q, None, None, k_tape, v_tape, meta, 0.25)
+    real = meta.slot_mapping >= 0  # pads' outputs are never used
+    assert rel_err(got[real], expected[real]) < 1e-5

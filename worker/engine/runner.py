@@ -101,7 +101,8 @@ class ModelRunner:
         attn = AttentionMetadata(
             cu_seqlens_q=cu_seqlens, max_seqlen_q=max_seqlen_q,
             slab_starts=starts.to(torch.int32), seqused_k=seqused_k, max_seqlen_k=max_seqlen_k,
-            slot_mapping=slot_mapping, is_prefill_from_zero=from_zero)
+            slot_mapping=slot_mapping, is_prefill_from_zero=from_zero,
+            num_decode_rows=0 if decode is None else len(decode.tokens))
         return self.model(input_ids, position_ids, attn, self.kv, last_index)
 
     @torch.inference_mode()

@@ -41,6 +41,9 @@ class AttentionMetadata:
     # head_starts[b].. (a shared copy of its slab's first rows, see decode_attention); None = none.
     head_starts: torch.Tensor | None = None
     head_lens: torch.Tensor | None = None
+    # A mixed step: the last num_decode_rows sequences are decoding ones, one query each (after
+    # every prefill token); through the tape their attention may run as a decode kernel of its own.
+    num_decode_rows: int = 0
 
     @property
     def num_seqs(self) -> int:
@@ -189,19 +192,43 @@ DECODE_KERNEL = "triton"
 
 
 def tape_attention(q, k_tape, v_tape, meta: AttentionMetadata, scale: float) -> torch.Tensor:
-    """FA2 over per-sequence slabs of the tape: cu_seq_k = slab starts then the tape length, seqused_k = fill."""
+    """FA2 over per-sequence slabs of the tape: cu_seq_k = slab starts then the tape length, seqused_k = fill.
+    Decode rows (one query per sequence) go through the decode kernel when it serves this head size;
+    in a mixed step the prefill part and the decode rows each get their own kernel."""
     cu_k = meta.cu_seqlens_k
     if cu_k is None:
         cu_k = tape_cu_seqlens_k(meta.slab_starts, k_tape.shape[0])  # [B+1]
-    if meta.max_seqlen_q == 1 and q.shape[0] == meta.num_seqs and _triton_decode_ok(q):
-        from worker.model.decode_attention import decode_attention
+    if not _triton_decode_ok(q):
+        return _fa2_tape(q, k_tape, v_tape, meta.cu_seqlens_q, cu_k, meta.max_seqlen_q, meta.max_seqlen_k,
+                         meta.seqused_k, scale)
+    if meta.max_seqlen_q == 1 and q.shape[0] == meta.num_seqs:
+        return _decode_kernel(q, k_tape, v_tape, meta.slab_starts, meta.seqused_k, scale,
+                              meta.head_starts, meta.head_lens)
+    rows = meta.num_decode_rows
+    if not rows:
+        return _fa2_tape(q, k_tape, v_tape, meta.cu_seqlens_q, cu_k, meta.max_seqlen_q, meta.max_seqlen_k,
+                         meta.seqused_k, scale)
+    # FA2 gives every sequence of a pass as many query blocks as the longest span needs: decode rows
+    # beside a bin of long prompts cost it ~4x the decode kernel (SmolLM2-135M shape, 1,500 rows).
+    seqs, tokens = meta.num_seqs - rows, q.shape[0] - rows
+    prefill = _fa2_tape(q[:tokens], k_tape, v_tape, meta.cu_seqlens_q[:seqs + 1],
+                        torch.cat([cu_k[:seqs], cu_k[-1:]]), meta.max_seqlen_q, meta.max_seqlen_k,
+                        meta.seqused_k[:seqs], scale)
+    decode = _decode_kernel(q[tokens:], k_tape, v_tape, meta.slab_starts[seqs:], meta.seqused_k[seqs:], scale)
+    return torch.cat([prefill, decode])
 
-        return decode_attention(q, k_tape, v_tape, meta.slab_starts, meta.seqused_k, scale,
-                                meta.head_starts, meta.head_lens)
+
+def _fa2_tape(q, k_tape, v_tape, cu_q, cu_k, max_q: int, max_k: int, seqused_k, scale: float) -> torch.Tensor:
     out = torch.ops.aten._flash_attention_forward(
-        q, k_tape, v_tape, meta.cu_seqlens_q, cu_k, meta.max_seqlen_q, meta.max_seqlen_k,
-        0.0, True, False, scale=scale, seqused_k=meta.seqused_k)
+        q, k_tape, v_tape, cu_q, cu_k, max_q, max_k, 0.0, True, False, scale=scale, seqused_k=seqused_k)
     return out[0]  # [T, H, D]
+
+
+def _decode_kernel(q, k_tape, v_tape, slab_starts, seqused_k, scale: float, head_starts=None,
+                   head_lens=None) -> torch.Tensor:
+    from worker.model.decode_attention import decode_attention
+
+    return decode_attention(q, k_tape, v_tape, slab_starts, seqused_k, scale, head_starts, head_lens)
 
 
 _HAS_TRITON = importlib.util.find_spec("triton") is not None
