@@ -15,8 +15,8 @@ real SmolLM2 tokenizer, 64 new tokens, the production sampling with the stop str
 summary runs to 64 tokens). Each run also records where the GPU loop's time went (StepTrace).
 `--unbounded-s`: a caller that submits at 2x capacity without the in-flight bound, retrying on
 Backpressure (a library user of `Summarizer.submit`); it counts failed records.
-`--separate-loads`: those loads and the capacity again with prefill and decode as separate steps
-(no mixed steps), side by side in the same run.
+`--capacity-variants` / `--variant-loads`: the capacity, and loads, again with scheduler variants
+(VARIANTS: mixed steps without cutting bins, separate prefill and decode steps...), side by side.
 `--cold-start`: process start -> first summary of `telesum summarize` (SmolLM2 shape saved as a
 model folder), with empty caches and again with the caches the first run left.
 """
@@ -24,6 +24,7 @@ model folder), with empty caches and again with the caches the first run left.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import gc
 import json
@@ -70,13 +71,25 @@ def capacity_run(summarizer, records) -> dict:
     return out
 
 
-# Scheduler settings compared by --capacity-variants (attributes of worker.engine.scheduler.Scheduler).
-CAPACITY_VARIANTS = {
+# Scheduler settings compared side by side (attributes of worker.engine.scheduler.Scheduler).
+VARIANTS = {
     "mixed": {},
     "mixed_uncut": {"_split_bin": None},
     "mixed_decode_rows_256": {"max_mixed_rows": 256},
     "separate": {"mixed_steps": False},
 }
+
+
+@contextlib.contextmanager
+def _variant(scheduler, name: str):
+    saved = {k: getattr(scheduler, k) for k in VARIANTS[name]}
+    for k, v in VARIANTS[name].items():
+        setattr(scheduler, k, v)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(scheduler, k, v)
 
 
 class _Collector(threading.Thread):
@@ -168,7 +181,7 @@ def build_cpu_loaded(new_tokens: int):
 
 def shape_sweep(shape: str, loaded, records, *, loads, seconds: float, new_tokens: int,
                 unbounded_s: float, log, switch_interval_loads=(), unbounded=True, eager_loads=(),
-                separate_loads=(), capacity_variants=(), into: dict | None = None) -> dict:
+                variant_loads: dict | None = None, capacity_variants=(), into: dict | None = None) -> dict:
     from gpu_job import worker_summarizer
     from worker.engine.step_trace import StepTrace
 
@@ -184,14 +197,8 @@ def shape_sweep(shape: str, loaded, records, *, loads, seconds: float, new_token
     cap_records = (records * (1 + n_cap // len(records)))[:n_cap]
     scheduler = summarizer.engine.scheduler
     for name in capacity_variants:  # side by side, before the default's capacity sets the loads
-        saved = {k: getattr(scheduler, k) for k in CAPACITY_VARIANTS[name]}
-        for k, v in CAPACITY_VARIANTS[name].items():
-            setattr(scheduler, k, v)
-        try:
+        with _variant(scheduler, name):
             res[f"capacity_{name}"] = capacity_run(summarizer, cap_records)
-        finally:
-            for k, v in saved.items():
-                setattr(scheduler, k, v)
         log(shape, f"capacity, {name}", res[f"capacity_{name}"])
     res["capacity"] = capacity_run(summarizer, cap_records)
     capacity = res["capacity"]["records_per_s"]
@@ -223,18 +230,13 @@ def shape_sweep(shape: str, loaded, records, *, loads, seconds: float, new_token
         r["load"] = load
         res[f"eager_elementwise_{load:g}"] = r
         log(shape, f"load {load:g}, eager elementwise ops", r)
-    if separate_loads:  # side by side: prefill and decode as separate steps (no mixed steps), same run
-        summarizer.engine.scheduler.mixed_steps = False
-        try:
-            res["capacity_separate_steps"] = capacity_run(summarizer, cap_records)
-            log(shape, "capacity, separate steps", res["capacity_separate_steps"])
-            for load in separate_loads:
+    for name, loads_of_variant in (variant_loads or {}).items():  # side by side, at the default's capacity
+        with _variant(scheduler, name):
+            for load in loads_of_variant:
                 r = stream_run(summarizer, records, rate=load * capacity, seconds=seconds, in_flight_bound=bound)
                 r["load"] = load
-                res[f"separate_steps_{load:g}"] = r
-                log(shape, f"load {load:g}, separate steps", r)
-        finally:
-            summarizer.engine.scheduler.mixed_steps = True
+                res[f"{name}_{load:g}"] = r
+                log(shape, f"load {load:g}, {name}", r)
     if unbounded_s > 0 and unbounded:
         r = stream_run(summarizer, records, rate=2 * capacity, seconds=unbounded_s, in_flight_bound=None)
         res["unbounded_2x"] = r
@@ -331,6 +333,16 @@ def chart(res: dict, path: Path, baseline: dict | None = None) -> None:
     fig.savefig(path, dpi=110)
 
 
+def _parse_variant_loads(text: str) -> dict[str, list[float]]:
+    out = {}
+    for item in filter(None, text.split(";")):
+        name, _, loads = item.partition(":")
+        if name not in VARIANTS:
+            raise SystemExit(f"--variant-loads: unknown variant {name!r} (one of {', '.join(VARIANTS)})")
+        out[name] = [float(x) for x in loads.split(",") if x]
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
@@ -345,10 +357,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--cold-start", action="store_true")
     ap.add_argument("--eager-check-loads", default="", help="loads run again with the elementwise ops eager")
     ap.add_argument("--gil-check-loads", default="", help="loads run again with sys.setswitchinterval / 10")
-    ap.add_argument("--separate-loads", default="",
-                    help="loads (and the capacity) run again with prefill and decode as separate steps")
+    ap.add_argument("--variant-loads", default="",
+                    help="NAME:LOADS[;NAME:LOADS]: those loads again with a scheduler variant, e.g. separate:0.5,0.8")
     ap.add_argument("--capacity-variants", default="",
-                    help=f"capacity runs of these scheduler variants first ({', '.join(CAPACITY_VARIANTS)})")
+                    help=f"capacity runs of these scheduler variants first ({', '.join(VARIANTS)})")
     ap.add_argument("--cpu", action="store_true", help="tiny random model on CPU: correctness only")
     ap.add_argument("--new-tokens", type=int, default=None)
     args = ap.parse_args(argv)
@@ -377,7 +389,7 @@ def main(argv: list[str] | None = None) -> dict:
         records = records_for("short", 16)
         res["tiny"] = shape_sweep("tiny", loaded, records, loads=loads, seconds=args.seconds,
                                   new_tokens=new_tokens, unbounded_s=args.unbounded_s, log=log,
-                                  separate_loads=[float(x) for x in args.separate_loads.split(",") if x],
+                                  variant_loads=_parse_variant_loads(args.variant_loads),
                                   capacity_variants=[x for x in args.capacity_variants.split(",") if x])
     else:
         from worker.model.tokenizer import load_tokenizer
@@ -395,7 +407,7 @@ def main(argv: list[str] | None = None) -> dict:
                                          switch_interval_loads=[float(x) for x in args.gil_check_loads.split(",") if x],
                                          unbounded=shape in args.unbounded_shapes.split(","),
                                          eager_loads=[float(x) for x in args.eager_check_loads.split(",") if x],
-                                         separate_loads=[float(x) for x in args.separate_loads.split(",") if x],
+                                         variant_loads=_parse_variant_loads(args.variant_loads),
                                          capacity_variants=[x for x in args.capacity_variants.split(",") if x])
             except Exception as exc:  # report, do not hide: the other shape still runs
                 res[shape] = {"error": repr(exc)[:500]}

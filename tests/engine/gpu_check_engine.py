@@ -65,17 +65,30 @@ def main() -> None:
     prompts = [[rng.randrange(3, 49152) for _ in range(rng.randint(20, 1500))] for _ in range(48)]
     fa2 = random_model(cfg, device="cuda", backend="torch_fa2", seed=0)
     sdpa = random_model(cfg, device="cuda", backend="sdpa", seed=0)
+    if "--mixed-only" not in sys.argv:
+        packed_checks(fa2, sdpa, prompts)
+    mixed_checks(fa2, sdpa, prompts)
+    if "--mixed-only" not in sys.argv:
+        throughput_check(fa2, rng)
+    sys.stdout.flush()
+
+
+def packed_checks(fa2, sdpa, prompts) -> None:
+    same = lambda a, b: sum(x == y for x, y in zip(a, b))  # noqa: E731
     packed, wall, steps, err = run(fa2, prompts, 16, 8192, 200_000)
     print(json.dumps({"check": "fa2_packed", "wall_s": round(wall, 3), "steps": steps, "errors": err[:3]}))
     solo = [run(fa2, [p], 16, 8192, 20_000)[0][0] for p in prompts[:12]]
     ref, _, _, err2 = run(sdpa, prompts, 16, 8192, 200_000)
-    same = lambda a, b: sum(x == y for x, y in zip(a, b))  # noqa: E731
     first = lambda a, b: sum(x[:1] == y[:1] for x, y in zip(a, b))  # noqa: E731
     print(json.dumps({"check": "packed_vs_solo_fa2", "equal_seqs": same(packed[:12], solo), "of": 12,
                       "equal_first_token": first(packed[:12], solo)}))
     print(json.dumps({"check": "fa2_vs_sdpa_packed", "equal_seqs": same(packed, ref), "of": len(prompts),
                       "equal_first_token": first(packed, ref), "sdpa_errors": err2[:3]}))
-    # Waves arriving while earlier prompts decode: mixed steps vs separate steps vs the sdpa reference.
+
+
+def mixed_checks(fa2, sdpa, prompts) -> None:
+    """Waves arriving while earlier prompts decode: mixed steps vs separate steps vs the sdpa reference."""
+    same = lambda a, b: sum(x == y for x, y in zip(a, b))  # noqa: E731
     mixed, _, steps_m, err_m = run(fa2, prompts, 16, 2048, 200_000, mixed=True, waves=6)
     apart, _, steps_a, err_a = run(fa2, prompts, 16, 2048, 200_000, mixed=False, waves=6)
     ref_w, _, _, _ = run(sdpa, prompts, 16, 2048, 200_000, mixed=False, waves=6)
@@ -86,7 +99,10 @@ def main() -> None:
     print(json.dumps({"check": "waves_vs_sdpa", "mixed_equal": same(mixed, ref_w), "separate_equal": same(apart, ref_w),
                       "of": len(prompts), "mixed_equal_first_4": head(mixed, ref_w, 4),
                       "separate_equal_first_4": head(apart, ref_w, 4)}))
-    # continuous batching throughput: 400 prompts, 128 new tokens
+
+
+def throughput_check(fa2, rng) -> None:
+    """Continuous batching throughput: 400 prompts, 128 new tokens."""
     many = [[rng.randrange(3, 49152) for _ in range(rng.choice([rng.randint(60, 170), rng.randint(2300, 2600)]))]
             for _ in range(400)]
     _, wall, steps, err = run(fa2, many, 128, 65536, 600_000)

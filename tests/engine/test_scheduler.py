@@ -147,3 +147,15 @@ def test_scheduler_keeps_a_bin_whole_when_nothing_decodes():
     sched.add_bin("bin-b", [_seq(i, 200) for i in range(1, 6)])
     plan = sched.schedule()
     assert isinstance(plan, PrefillBin) and plan.bin == "bin-b" and len(plan.seqs) == 5
+
+
+def test_scheduler_step_size_ignores_one_slow_prefill():
+    from worker.engine.scheduler import PREFILL_FIXED_COST_S, STEP_TARGET_S
+
+    sched = Scheduler(SlabAllocator(100_000), eos_ids=(), chunk_tokens=4096, split_bin=_splitter)
+    seqs = [_seq(i, 1000, new=1) for i in range(4)]
+    observe = lambda seq, s: sched.observe_step(PrefillBin("bin", [seq]), s)  # noqa: E731
+    observe(seqs[0], PREFILL_FIXED_COST_S + 100 * STEP_TARGET_S)  # the first step of a shape: compiling
+    for seq in seqs[1:]:
+        observe(seq, PREFILL_FIXED_COST_S + 2 * STEP_TARGET_S)
+    assert sched.step_prompt_tokens() == 500  # the median, not pulled down to 10 tokens by the outlier

@@ -93,7 +93,9 @@ PREFILL_FIXED_COST_S = 0.05
 # sequence then waits about this long per token instead of a whole bin's prefill (a 7B model's bin
 # of 13 prompts: 172 ms). A small model's prefill is mostly fixed cost, so its bins stay whole.
 STEP_TARGET_S = 0.05
-_COST_SMOOTHING = 0.3  # weight of the newest prefill in the per-token cost estimate
+# The per-token cost is the median of the last prefills': one slow step (the first of a new shape
+# compiles) must not cut the next bins into one-prompt steps.
+_COST_WINDOW = 9
 
 # (bin, its sequences, k) -> (bin of the first k sequences, bin of the rest); opaque bins, the engine's.
 BinSplitter = Callable[[Any, list[Sequence], int], tuple[Any, Any]]
@@ -130,7 +132,7 @@ class Scheduler:
         self.mixed_steps = mixed_steps
         self.max_mixed_rows: int | None = None  # decode rows a mixed step may carry (after out of memory)
         self._split_bin = split_bin
-        self._prefill_s_per_token: float | None = None  # beyond the fixed cost; None until measured
+        self._prefill_costs: deque[float] = deque(maxlen=_COST_WINDOW)  # s per prompt token beyond the fixed cost
 
     # -- intake -----------------------------------------------------------------------------
     def add_bin(self, bin: Any, seqs: list[Sequence]) -> None:
@@ -183,9 +185,7 @@ class Scheduler:
         if isinstance(plan, PrefillBin):
             self._last_prefill_s, self._decode_since_prefill_s = seconds, 0.0
             tokens = sum(s.prompt_len - s.prefix_len for s in plan.seqs)
-            cost = max(seconds - PREFILL_FIXED_COST_S, 0.0) / max(tokens, 1)
-            old = self._prefill_s_per_token
-            self._prefill_s_per_token = cost if old is None else old + _COST_SMOOTHING * (cost - old)
+            self._prefill_costs.append(max(seconds - PREFILL_FIXED_COST_S, 0.0) / max(tokens, 1))
         elif isinstance(plan, Decode):
             self._decode_since_prefill_s += seconds
 
@@ -195,8 +195,10 @@ class Scheduler:
 
     def step_prompt_tokens(self) -> int | None:
         """Prompt tokens one step beside decoding may prefill (None: no bound, or not measured yet)."""
-        cost = self._prefill_s_per_token
-        if self._split_bin is None or not cost:
+        if self._split_bin is None or not self._prefill_costs:
+            return None
+        cost = float(np.median(self._prefill_costs))
+        if not cost:  # prefills cost no more than their fixed part: nothing to gain by cutting
             return None
         return max(1, round(STEP_TARGET_S / cost))
 
