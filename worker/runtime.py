@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
+from worker.ops.logs import startup_phase as _startup_phase
 from worker.settings.budgets import GPU_TOKEN_BUDGET, Budgets, Probed, resolve_budgets
 from worker.settings.load import LoadedSettings
 from worker.settings.sections import EngineSettings
@@ -18,21 +17,17 @@ log = logging.getLogger(__name__)
 bin_log = logging.getLogger("worker.bins")
 
 
+def startup_phase(name: str):
+    """Logs how long one start-up phase took, under this module's logger (see worker.ops.logs)."""
+    return _startup_phase(name, log)
+
+
 def resolve_device(name: str):
     import torch
 
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
-
-
-@contextlib.contextmanager
-def startup_phase(name: str) -> Iterator[None]:
-    """Logs how long one start-up phase took ("start-up: model loaded in 8.1 s")."""
-    started = time.perf_counter()
-    yield
-    log.info("start-up: %s in %.1f s", name, time.perf_counter() - started,
-             extra={"startup_phase": name, "seconds": round(time.perf_counter() - started, 3)})
 
 
 def use_persistent_compile_caches() -> None:

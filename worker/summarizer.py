@@ -29,6 +29,7 @@ from worker.engine.sizing import arena_rows
 from worker.in_order import results_in_order, summarize_all
 from worker.long_records import WAKE, LongRecords, MergeDue
 from worker.messages import Facts, Summary, TelemetryRecord
+from worker.ops.logs import startup_phase
 from worker.preprocess import Prepared, Preprocessor, default_workers, tokenize_messages
 from worker.prompts import approx_tokens
 from worker.prompts.sampling import default_sampling
@@ -103,7 +104,9 @@ class Summarizer:
         self.arena = KVArena(cfg, kv_capacity_rows, dtype=param.dtype, device=self.device, reserved_tail_rows=region)
         self.prefix = (PrefixReuse(self.arena.cache, first_row=kv_capacity_rows - region,
                                    num_blocks=region // PREFIX_BLOCK_SIZE) if region else None)
-        self.engine = Engine(ModelRunner(loaded.model, self.arena.cache, self.device), self.dispatcher,
+        self.runner = ModelRunner(loaded.model, self.arena.cache, self.device)
+        self.max_decode_seqs = max_decode_seqs
+        self.engine = Engine(self.runner, self.dispatcher,
                              self.arena.slabs, eos_ids=tuple(cfg.eos_token_ids), max_context=self.max_context,
                              detokenize=self._decode if self.params.stop else None, seed=seed,
                              prefix_reuse=self.prefix, max_decode_seqs=max_decode_seqs)
@@ -134,12 +137,26 @@ class Summarizer:
         engine. Returns once a first prompt has been prefilled and decoded (compilation and the first
         graph capture happen here, not on the first record), so a caller that reports readiness after
         `start` reports it when a step can run."""
+        self._capture_decode_graphs()
         self.dispatcher.start()
         self._thread = threading.Thread(target=self.engine.run, name="telesum-gpu-loop", daemon=True)
         self._thread.start()
         self._run_first_step(first_step_timeout_s)
         self._feeder = threading.Thread(target=self._feed, name="telesum-feeder", daemon=True)
         self._feeder.start()
+
+    def _capture_decode_graphs(self) -> None:
+        """Every decode bucket the budgets can reach, captured before the GPU loop starts (a capture
+        mid-stream stalls every decoding sequence; no other thread may launch work during one)."""
+        graphs = self.runner.decode_step
+        if not graphs.use_graphs:  # eager: nothing to capture
+            return
+        # A bin is admitted whole when nothing decodes, so a batch may reach a bin's sequences too;
+        # a bucket missed here is still captured when first needed.
+        reach = graphs.max_batch if self.max_decode_seqs is None else max(self.max_decode_seqs, self.max_seqs_per_bin)
+        largest = graphs.bucket_for(min(reach, graphs.max_batch))
+        with startup_phase(f"decode graphs captured (batch buckets up to {largest})", log):
+            graphs.warm(largest)
 
     def _run_first_step(self, timeout_s: float) -> None:
         started = time.perf_counter()
@@ -154,7 +171,9 @@ class Summarizer:
         if done is not seq or done.error is not None:  # each record will report its own failure
             log.warning("start-up: the engine's first step failed: %r", done.error)
             return
-        log.info("start-up: first engine step (compilation, first graphs) in %.1f s", time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        log.info("start-up: first engine step (prefill compilation) in %.1f s", seconds,
+                 extra={"startup_phase": "first engine step", "seconds": round(seconds, 3)})
 
     def close(self, drain: bool = True, timeout: float | None = None) -> None:
         """Stop taking records. drain=True finishes everything submitted (results stay for `poll`);
