@@ -41,31 +41,67 @@ def use_persistent_compile_caches() -> None:
     os.environ.setdefault("TRITON_CACHE_DIR", str(root / "triton"))
 
 
-def load_model(engine: EngineSettings):
-    """The LoadedModel that `engine.model` names: 'embedded', 'tiny' (random weights) or a path."""
+def tokenizer_source(engine: EngineSettings):
+    """Where the tokenizer comes from: `engine.tokenizer`, else the model's own (the embedded GGUF's for
+    'embedded' and 'tiny'). Raises FileNotFoundError for a model path that does not exist."""
+    from pathlib import Path
+
+    from worker.model.loader import embedded_model_path
+
+    if engine.tokenizer:
+        return engine.tokenizer
+    if engine.model in ("embedded", "tiny"):
+        return embedded_model_path()
+    if not Path(engine.model).exists():
+        raise FileNotFoundError(f"model source {engine.model} does not exist")
+    return engine.model
+
+
+def load_tokenizer(engine: EngineSettings):
+    """The tokenizer `engine` names, loaded on its own so the preprocessing pool can start before the model."""
+    from worker.model.tokenizer import load_tokenizer as load
+
+    with startup_phase("tokenizer loaded"):
+        return load(tokenizer_source(engine))
+
+
+def start_preprocessor(tokenizer, engine: EngineSettings):
+    """The Summarizer's preprocessing pool for the device, its processes spawning now: they import and
+    load their tokenizer copies while this process loads the model."""
+    from worker.preprocess import Preprocessor, default_workers
+
+    return Preprocessor(tokenizer, default_workers(resolve_device(engine.device).type))
+
+
+def load_model(engine: EngineSettings, tokenizer=None):
+    """The LoadedModel that `engine.model` names: 'embedded', 'tiny' (random weights) or a path;
+    `tokenizer`: already loaded (see load_tokenizer), else loaded here."""
     use_persistent_compile_caches()
     with startup_phase("model loaded"):
-        return _load_model(engine)
+        return _load_model(engine, tokenizer)
 
 
-def _load_model(engine: EngineSettings):
+def _load_model(engine: EngineSettings, tok=None):
     import worker.model
     from worker.model.config import ModelConfig
     from worker.model.loader import embedded_model_path, random_model
-    from worker.model.tokenizer import load_tokenizer
+    from worker.model.tokenizer import load_tokenizer as load
 
     device = resolve_device(engine.device)
     if engine.model == "tiny":
         # Random weights for tests and speed runs; the tokenizer decides the vocabulary.
-        tok = load_tokenizer(engine.tokenizer or embedded_model_path())
+        tok = tok or load(tokenizer_source(engine))
         cfg = ModelConfig.tiny(vocab_size=len(tok), max_position_embeddings=engine.max_context or 2048,
                                bos_token_id=tok.bos_token_id, eos_token_ids=(tok.eos_token_id,))
         loaded = random_model(cfg, device=device, name="tiny-random", backend=engine.backend)
         loaded.tokenizer = tok
         return loaded
     source = embedded_model_path() if engine.model == "embedded" else engine.model
-    return worker.model.load_model(source, device=device, backend=engine.backend,
-                                   tokenizer=engine.tokenizer or True)
+    loaded = worker.model.load_model(source, device=device, backend=engine.backend,
+                                     tokenizer=False if tok is not None else engine.tokenizer or True)
+    if tok is not None:
+        loaded.tokenizer = tok
+    return loaded
 
 
 def probe_budgets(loaded, device, engine: EngineSettings, loaded_settings: LoadedSettings) -> Probed | None:
@@ -129,9 +165,9 @@ def log_bin(token_budget: int) -> Callable[[Any], None]:
     return on_bin
 
 
-def build_summarizer(engine: EngineSettings, budgets: Budgets, loaded, dispatcher=None):
+def build_summarizer(engine: EngineSettings, budgets: Budgets, loaded, dispatcher=None, preprocessor=None):
     """The Summarizer both commands run, with the budgets in force and the engine's sampling.
-    With debug logging on, its dispatcher logs one line per bin."""
+    With debug logging on, its dispatcher logs one line per bin. preprocessor: see start_preprocessor."""
     from worker.prompts.sampling import default_sampling
     from worker.summarizer import BIN_LATENCY_CAP_S, Summarizer
 
@@ -146,7 +182,7 @@ def build_summarizer(engine: EngineSettings, budgets: Budgets, loaded, dispatche
                       max_context=engine.max_context, seed=engine.seed, dispatcher=dispatcher,
                       prefix_cache=engine.prefix_cache, prefix_cache_tokens=engine.prefix_cache_tokens,
                       max_record_tokens=engine.max_record_tokens or None, max_decode_seqs=budgets.max_decode_seqs,
-                      over_cap=engine.over_cap,
+                      over_cap=engine.over_cap, preprocessor=preprocessor,
                       sampling=default_sampling(engine.max_new_tokens, engine.temperature, engine.top_p))
 
 

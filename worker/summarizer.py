@@ -61,10 +61,13 @@ class Summarizer:
                  max_context: int | None = None, max_record_tokens: int | None = None,
                  over_cap: str = "select", preprocess_workers: int | None = None,
                  max_pending_records: int = 4096, prefix_cache: bool = True,
-                 prefix_cache_tokens: int | None = None, max_decode_seqs: int | None = None) -> None:
+                 prefix_cache_tokens: int | None = None, max_decode_seqs: int | None = None,
+                 preprocessor: Preprocessor | None = None) -> None:
         """max_record_tokens / over_cap: the per-record work cap and what happens beyond it ('select'
         a stated part, or 'dead_letter' as RecordTooLong). preprocess_workers: processes preparing
         records (facts, prompt, tokens); None = a default for the device (see worker.preprocess).
+        preprocessor: one already started (its processes spawned during the model load), used
+        instead of a new one and closed with the summarizer.
         max_pending_records: records accepted but not yet handed to the engine, beyond which `submit`
         raises Backpressure. prefix_cache: keep the KV of prompt heads in a region at the end of the
         arena and reuse it; prefix_cache_tokens: that region's rows (None: `prefix_region_rows`),
@@ -110,7 +113,7 @@ class Summarizer:
                              self.arena.slabs, eos_ids=tuple(cfg.eos_token_ids), max_context=self.max_context,
                              detokenize=self._decode if self.params.stop else None, seed=seed,
                              prefix_reuse=self.prefix, max_decode_seqs=max_decode_seqs)
-        self.preprocessor = Preprocessor(
+        self.preprocessor = preprocessor or Preprocessor(
             self.tokenizer, default_workers(self.device.type) if preprocess_workers is None else preprocess_workers)
         self.max_pending_records = max_pending_records
         self._prepared: queue.SimpleQueue = queue.SimpleQueue()  # (request, future of Prepared); None = stop
