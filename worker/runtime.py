@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +40,26 @@ def use_persistent_compile_caches() -> None:
     root = cache_root()
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(root / "inductor"))
     os.environ.setdefault("TRITON_CACHE_DIR", str(root / "triton"))
+
+
+def start_device(engine: EngineSettings) -> threading.Thread | None:
+    """On a GPU, a thread that creates the CUDA context now, beside the tokenizer load and the pool's
+    start, instead of at the model's first allocation (the driver's start-up takes seconds on a large
+    GPU, and the allocation that triggers it releases the GIL). None on the CPU."""
+    device = resolve_device(engine.device)
+    if device.type != "cuda":
+        return None
+    import torch
+
+    def create_context() -> None:
+        try:
+            torch.empty(1, device=device)
+        except Exception as exc:  # noqa: BLE001 - the model load meets the same error and reports it
+            log.debug("creating the CUDA context ahead of the model failed: %r", exc)
+
+    thread = threading.Thread(target=create_context, name="telesum-cuda-context", daemon=True)
+    thread.start()
+    return thread
 
 
 def tokenizer_source(engine: EngineSettings):

@@ -65,3 +65,21 @@ def test_start_summarizer_spawns_the_preprocessing_pool_while_the_model_loads(tm
         assert started.summarizer.preprocessor is pools[0]
     finally:
         started.summarizer.close(drain=False)
+
+
+def test_start_device_creates_the_cuda_context_off_the_main_thread_and_nothing_on_cpu(monkeypatch):
+    import threading
+
+    import torch
+
+    import worker.runtime
+    from worker.settings.load import load_settings
+
+    engine = load_settings(env={"TELESUM_DEVICE": "cpu"}).settings.engine
+    assert worker.runtime.start_device(engine) is None
+    made = []
+    monkeypatch.setattr(worker.runtime, "resolve_device", lambda name: torch.device("cuda", 0))
+    monkeypatch.setattr(torch, "empty", lambda *a, device=None, **k: made.append((device, threading.current_thread())))
+    thread = worker.runtime.start_device(engine)
+    thread.join(60)
+    assert made == [(torch.device("cuda", 0), thread)]

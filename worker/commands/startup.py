@@ -44,16 +44,21 @@ class Started:
 
 
 def start_summarizer(loaded_settings: LoadedSettings, command: str, **banner_fields: Any) -> Started:
-    """The tokenizer and the preprocessing pool, the model the `[engine]` settings name (loaded while
-    the pool's processes start), its budgets and the Summarizer, then the banner."""
-    from worker.runtime import banner, budgets_for, build_summarizer, load_model, load_tokenizer, start_preprocessor
+    """The CUDA context (created on a thread of its own), the tokenizer and the preprocessing pool, the
+    model the `[engine]` settings name (loaded while the pool's processes start), its budgets and the
+    Summarizer, then the banner."""
+    from worker.runtime import (banner, budgets_for, build_summarizer, load_model, load_tokenizer, start_device,
+                                start_preprocessor)
 
     engine = loaded_settings.settings.engine
+    device_context = start_device(engine)
     try:
         tokenizer = load_tokenizer(engine)
     except (FileNotFoundError, ValueError) as exc:  # a wrong --model or --tokenizer
         raise StartupError(f"engine.model (--model, TELESUM_MODEL) {engine.model!r}: {exc}") from None
     preprocessor = start_preprocessor(tokenizer, engine)
+    if device_context is not None:
+        device_context.join()
     try:
         try:
             model = load_model(engine, tokenizer)
