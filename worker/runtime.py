@@ -89,9 +89,26 @@ def load_tokenizer(engine: EngineSettings):
 def start_preprocessor(tokenizer, engine: EngineSettings):
     """The Summarizer's preprocessing pool for the device, its processes spawning now: they import and
     load their tokenizer copies while this process loads the model."""
+    import time
+
     from worker.preprocess import Preprocessor, default_workers
 
-    return Preprocessor(tokenizer, default_workers(resolve_device(engine.device).type))
+    started = time.perf_counter()
+    pool = Preprocessor(tokenizer, default_workers(resolve_device(engine.device).type))
+    waiting = set(pool.started)
+    lock = threading.Lock()  # protects waiting (the callbacks run on the pool's manager thread)
+
+    def up(future) -> None:  # not a phase: it runs beside the model load
+        with lock:
+            waiting.discard(future)
+            if waiting:
+                return
+        log.info("start-up: preprocessing pool of %d processes answering %.1f s after it started",
+                 pool.workers, time.perf_counter() - started)
+
+    for future in pool.started:
+        future.add_done_callback(up)
+    return pool
 
 
 def load_model(engine: EngineSettings, tokenizer=None):
