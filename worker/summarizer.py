@@ -26,10 +26,10 @@ from worker.engine.prefix_reuse import PrefixReuse
 from worker.engine.runner import ModelRunner
 from worker.engine.sequence import SamplingParams
 from worker.engine.sizing import arena_rows
+from worker.engine.warmup import capture_decode_graphs, run_first_step
 from worker.in_order import results_in_order, summarize_all
 from worker.long_records import WAKE, LongRecords, MergeDue
 from worker.messages import Facts, Summary, TelemetryRecord
-from worker.ops.logs import startup_phase
 from worker.preprocess import Prepared, Preprocessor, default_workers, tokenize_messages
 from worker.prompts import approx_tokens
 from worker.prompts.sampling import default_sampling
@@ -140,43 +140,18 @@ class Summarizer:
         engine. Returns once a first prompt has been prefilled and decoded (compilation and the first
         graph capture happen here, not on the first record), so a caller that reports readiness after
         `start` reports it when a step can run."""
-        self._capture_decode_graphs()
+        # A bin is admitted whole when nothing decodes, so a decode batch may reach a bin's sequences
+        # too; a bucket missed here is still captured when first needed.
+        capture_decode_graphs(self.runner.decode_step, self.max_decode_seqs and max(self.max_decode_seqs,
+                                                                                     self.max_seqs_per_bin))
         self.dispatcher.start()
         self._thread = threading.Thread(target=self.engine.run, name="telesum-gpu-loop", daemon=True)
         self._thread.start()
-        self._run_first_step(first_step_timeout_s)
+        first = run_first_step(self.engine, self.loaded.config.vocab_size, first_step_timeout_s)
+        if self.prefix is not None:  # the warm-up prompt is no record's
+            self.prefix.uncount_lookup(first.prompt_len)
         self._feeder = threading.Thread(target=self._feed, name="telesum-feeder", daemon=True)
         self._feeder.start()
-
-    def _capture_decode_graphs(self) -> None:
-        """Every decode bucket the budgets can reach, captured before the GPU loop starts (a capture
-        mid-stream stalls every decoding sequence; no other thread may launch work during one)."""
-        graphs = self.runner.decode_step
-        if not graphs.use_graphs:  # eager: nothing to capture
-            return
-        # A bin is admitted whole when nothing decodes, so a batch may reach a bin's sequences too;
-        # a bucket missed here is still captured when first needed.
-        reach = graphs.max_batch if self.max_decode_seqs is None else max(self.max_decode_seqs, self.max_seqs_per_bin)
-        largest = graphs.bucket_for(min(reach, graphs.max_batch))
-        with startup_phase(f"decode graphs captured (batch buckets up to {largest})", log):
-            graphs.warm(largest)
-
-    def _run_first_step(self, timeout_s: float) -> None:
-        started = time.perf_counter()
-        vocab = self.loaded.config.vocab_size
-        seq = self.engine.add([i % vocab for i in range(1, 17)], SamplingParams(max_new_tokens=2))
-        try:
-            done = self.engine.finished.get(timeout=timeout_s)
-        except queue.Empty:
-            raise RuntimeError(f"the engine ran no step within {timeout_s:.0f} s of starting") from None
-        if self.prefix is not None:
-            self.prefix.uncount_lookup(seq.prompt_len)
-        if done is not seq or done.error is not None:  # each record will report its own failure
-            log.warning("start-up: the engine's first step failed: %r", done.error)
-            return
-        seconds = time.perf_counter() - started
-        log.info("start-up: first engine step (prefill compilation) in %.1f s", seconds,
-                 extra={"startup_phase": "first engine step", "seconds": round(seconds, 3)})
 
     def close(self, drain: bool = True, timeout: float | None = None) -> None:
         """Stop taking records. drain=True finishes everything submitted (results stay for `poll`);

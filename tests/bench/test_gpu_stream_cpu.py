@@ -39,9 +39,9 @@ def test_startup_breakdown_places_each_phase_and_the_wait_for_the_first_summary(
              "2026-12-01 16:41:22,000 INFO worker.model.loader: loaded smollm2-shape (llama) on cuda in 0.8 s\n",
              "2026-12-01 16:41:22,100 INFO worker.runtime: start-up: model loaded in 1.0 s\n",
              "noise without a timestamp\n",
-             "2026-12-01 16:41:25,100 INFO worker.summarizer: start-up: first engine step (prefill compilation) in 2.0 s\n"]
+             "2026-12-01 16:41:25,100 INFO worker.summarizer: start-up: first engine step in 2.0 s\n"]
     b = bench.startup_breakdown(lines, t0, first_summary_s=7.5)
-    assert [p["phase"] for p in b["phases"]] == ["tokenizer loaded", "model loaded", "first engine step (prefill compilation)"]
+    assert [p["phase"] for p in b["phases"]] == ["tokenizer loaded", "model loaded", "first engine step"]
     assert [p["ends_at_s"] for p in b["phases"]] == [1.0, 2.1, 5.1]
     assert b["loader_s"] == 0.8 and b["before_first_phase_s"] == 0.5
     assert b["between_phases_s"] == 1.1  # 5.1 - 0.5 - (0.5 + 1.0 + 2.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 import torch
 from torch import nn
