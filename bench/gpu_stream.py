@@ -3,7 +3,7 @@
     python bench/gpu_stream.py --out DIR --tokenizer TOKENIZER_DIR [--shapes smollm2,qwen7b]
         [--loads 0.05,0.2,0.5,0.8,0.95] [--seconds 20] [--unbounded-s 60] [--cold-start]
     python bench/gpu_stream.py --out DIR --chart-from DIR/gpu_stream.json   # the chart alone, no GPU
-    python bench/gpu_stream.py --out DIR --cpu                              # tiny model, correctness only
+    python bench/gpu_stream.py --out DIR --cpu [--cold-start --tokenizer TOKENIZER_DIR]  # correctness only
 
 Measured the way vLLM's serving benchmark does (a request-rate sweep): per shape, the batch
 capacity first (every record queued at once), then for each load a Poisson stream at that fraction
@@ -18,7 +18,9 @@ Backpressure (a library user of `Summarizer.submit`); it counts failed records.
 `--capacity-variants` / `--variant-loads`: the capacity, and loads, again with scheduler variants
 (VARIANTS: mixed steps without cutting bins, separate prefill and decode steps...), side by side.
 `--cold-start`: process start -> first summary of `telesum summarize` (SmolLM2 shape saved as a
-model folder), with empty caches and again with the caches the first run left.
+model folder), with empty caches and again with the caches the first run left; each with the
+start-up phases its log reported (`startup_breakdown`) and the time from the last phase to the first
+summary line. With --cpu: the same on the CPU with 3 records and 8 new tokens.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import datetime
 import gc
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -247,27 +251,59 @@ def shape_sweep(shape: str, loaded, records, *, loads, seconds: float, new_token
     return res
 
 
-def cold_start(out: Path, tokenizer_dir: Path, log) -> dict:
+_LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ [\w.]+: (.*)$")
+_PHASE = re.compile(r"^start-up: (.+) in ([\d.]+) s$")
+_LOADED = re.compile(r"^loaded .* in ([\d.]+) s$")
+
+
+def startup_breakdown(lines: list[str], t0_wall: float, first_summary_s: float | None) -> dict:
+    """Where the seconds from process start to the first summary went, from the start-up log lines:
+    each phase with its length and when it ended (seconds since the process started), the time
+    before the first phase (interpreter, imports, settings), between phases, and from the last
+    phase's end to the first summary line in the output file."""
+    phases, loader_s = [], None
+    for line in lines:
+        m = _LOG_LINE.match(line.strip())
+        if not m:
+            continue
+        stamp = datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        if p := _PHASE.match(m.group(2)):
+            phases.append({"phase": p.group(1), "seconds": float(p.group(2)), "ends_at_s": round(stamp - t0_wall, 2)})
+        elif (p := _LOADED.match(m.group(2))) and loader_s is None:
+            loader_s = float(p.group(1))
+    out = {"phases": phases, "loader_s": loader_s, "first_summary_s": first_summary_s}
+    if phases:
+        out["before_first_phase_s"] = round(phases[0]["ends_at_s"] - phases[0]["seconds"], 2)
+        out["between_phases_s"] = round(phases[-1]["ends_at_s"] - out["before_first_phase_s"]
+                                        - sum(p["seconds"] for p in phases), 2)
+        if first_summary_s is not None:
+            out["after_start_up_s"] = round(first_summary_s - phases[-1]["ends_at_s"], 2)
+    return out
+
+
+def cold_start(out: Path, tokenizer_dir: Path, log, *, cpu: bool = False) -> dict:
     """`telesum summarize` as a process on a SmolLM2-shaped model folder: start -> first summary,
-    with empty caches (cold) and then with what the cold run left (warm)."""
+    with empty caches (cold) and then with what the cold run left (warm), each with its start-up
+    breakdown. cpu: on the CPU, 3 records and 8 new tokens (the method, not the figure)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from gpu_job import SHAPES, records_for
-    from worker.messages import TelemetryRecord  # noqa: F401 - records serialise through msgspec
     import msgspec
 
-    work = Path("/tmp/telesum-cold")
+    device = "cpu" if cpu else "cuda"
+    work = Path("/tmp/telesum-cold-cpu" if cpu else "/tmp/telesum-cold")
     model_dir = work / "smollm2-shape"
     if not (model_dir / "config.json").exists():
         fields = {k: v for k, v in SHAPES["smollm2"][1].items() if k != "model_type"}
-        with torch.device("cuda"):
+        with torch.device(device):
             model = LlamaForCausalLM(LlamaConfig(**fields)).to(torch.bfloat16)
         model.save_pretrained(model_dir)
         del model
-        torch.cuda.empty_cache()
+        if not cpu:
+            torch.cuda.empty_cache()
     data = work / "records.jsonl"
-    data.write_bytes(b"".join(msgspec.json.encode(r) + b"\n" for r in records_for("short", 600)))
+    data.write_bytes(b"".join(msgspec.json.encode(r) + b"\n" for r in records_for("short", 3 if cpu else 600)))
     cache = work / "cache"
     subprocess.run(["rm", "-rf", str(cache)], check=True)
     res = {}
@@ -276,9 +312,9 @@ def cold_start(out: Path, tokenizer_dir: Path, log) -> dict:
         output.unlink(missing_ok=True)
         env = {**os.environ, "XDG_CACHE_HOME": str(cache), "PYTHONUNBUFFERED": "1"}
         cmd = [sys.executable, "-m", "worker.cli", "summarize", str(data), "-o", str(output), "--model",
-               str(model_dir), "--tokenizer", str(Path(tokenizer_dir).resolve()), "--max-new-tokens", "64",
-               "--no-progress"]
-        t0 = time.perf_counter()
+               str(model_dir), "--tokenizer", str(Path(tokenizer_dir).resolve()), "--max-new-tokens",
+               "8" if cpu else "64", "--device", device, "--no-progress"]
+        t0, t0_wall = time.perf_counter(), time.time()
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 cwd=work)  # the installed package, not a source tree without its native module
         first = None
@@ -295,9 +331,10 @@ def cold_start(out: Path, tokenizer_dir: Path, log) -> dict:
         reader.join(5)
         if first is None and output.exists() and output.stat().st_size > 0:
             first = total
-        (out / f"cold_start_{name}.log").write_text("".join(lines))
+        (out / f"cold_start_{'cpu_' if cpu else ''}{name}.log").write_text("".join(lines))
         res[name] = {"first_summary_s": first, "process_s": total, "returncode": proc.returncode,
                      "summaries": sum(1 for _ in output.open()) if output.exists() else 0,
+                     "breakdown": startup_breakdown(lines, t0_wall, first),
                      "startup_log": [ln.strip() for ln in lines if "start-up" in ln or "probe" in ln][:20]}
         log("cold start", name, res[name])
     return res
@@ -346,7 +383,7 @@ def _parse_variant_loads(text: str) -> dict[str, list[float]]:
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--tokenizer", type=Path, help="the SmolLM2 tokenizer saved as a folder (GPU runs)")
+    ap.add_argument("--tokenizer", type=Path, help="the SmolLM2 tokenizer saved as a folder (GPU runs, --cold-start)")
     ap.add_argument("--chart-from", type=Path)
     ap.add_argument("--baseline", type=Path, help="with --chart-from: an earlier run drawn dotted")
     ap.add_argument("--shapes", default="smollm2,qwen7b")
@@ -391,6 +428,8 @@ def main(argv: list[str] | None = None) -> dict:
                                   new_tokens=new_tokens, unbounded_s=args.unbounded_s, log=log,
                                   variant_loads=_parse_variant_loads(args.variant_loads),
                                   capacity_variants=[x for x in args.capacity_variants.split(",") if x])
+        if args.cold_start:
+            res["cold_start"] = cold_start(args.out, args.tokenizer, log, cpu=True)
     else:
         from worker.model.tokenizer import load_tokenizer
 

@@ -101,6 +101,10 @@ def _prepare_in_worker(record: TelemetryRecord) -> Prepared:
     return prepare(record, _worker_heads.tokenizer, _worker_heads)
 
 
+def _started() -> int:
+    return os.getpid()
+
+
 def default_workers(device_type: str) -> int:
     """Pool size: on a GPU host, the cores the GPU loop and the consumer leave (capped at 8); none on CPU,
     where the model itself is the bottleneck."""
@@ -110,7 +114,10 @@ def default_workers(device_type: str) -> int:
 
 
 class Preprocessor:
-    """`submit(record)` -> Future of `Prepared`. Thread-safe."""
+    """`submit(record)` -> Future of `Prepared`. Thread-safe.
+
+    The pool's processes are spawned by the constructor, not at the first record: each takes seconds
+    to import and unpickle its tokenizer, which the start-up sequence overlaps with the model load."""
 
     def __init__(self, tokenizer, workers: int = 0) -> None:
         if workers < 0:
@@ -120,11 +127,14 @@ class Preprocessor:
         self._heads = HeadTokenizer(tokenizer)
         self._heads_lock = threading.Lock()  # protects _heads (in-thread preparation)
         self._pool = None
+        self.started: list[concurrent.futures.Future] = []  # of each worker's pid, once it is up
         if workers:
             # spawn, not fork: the serving process runs native and CUDA threads that a fork would copy mid-state
             self._pool = concurrent.futures.ProcessPoolExecutor(
                 workers, mp_context=multiprocessing.get_context("spawn"),
                 initializer=_init_worker, initargs=(tokenizer,))
+            # One task per worker while none is idle yet makes the executor spawn every process now.
+            self.started = [self._pool.submit(_started) for _ in range(workers)]
 
     def submit(self, record: TelemetryRecord) -> concurrent.futures.Future:
         if self._pool is not None:

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import time
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable
 from typing import Any
 
+from worker.ops.logs import startup_phase as _startup_phase
 from worker.settings.budgets import GPU_TOKEN_BUDGET, Budgets, Probed, resolve_budgets
 from worker.settings.load import LoadedSettings
 from worker.settings.sections import EngineSettings
@@ -18,21 +18,17 @@ log = logging.getLogger(__name__)
 bin_log = logging.getLogger("worker.bins")
 
 
+def startup_phase(name: str):
+    """Logs how long one start-up phase took, under this module's logger (see worker.ops.logs)."""
+    return _startup_phase(name, log)
+
+
 def resolve_device(name: str):
     import torch
 
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
-
-
-@contextlib.contextmanager
-def startup_phase(name: str) -> Iterator[None]:
-    """Logs how long one start-up phase took ("start-up: model loaded in 8.1 s")."""
-    started = time.perf_counter()
-    yield
-    log.info("start-up: %s in %.1f s", name, time.perf_counter() - started,
-             extra={"startup_phase": name, "seconds": round(time.perf_counter() - started, 3)})
 
 
 def use_persistent_compile_caches() -> None:
@@ -46,31 +42,104 @@ def use_persistent_compile_caches() -> None:
     os.environ.setdefault("TRITON_CACHE_DIR", str(root / "triton"))
 
 
-def load_model(engine: EngineSettings):
-    """The LoadedModel that `engine.model` names: 'embedded', 'tiny' (random weights) or a path."""
+def start_device(engine: EngineSettings) -> threading.Thread | None:
+    """On a GPU, a thread that creates the CUDA context now, beside the tokenizer load and the pool's
+    start, instead of at the model's first allocation (the driver's start-up takes seconds on a large
+    GPU, and the allocation that triggers it releases the GIL). None on the CPU."""
+    device = resolve_device(engine.device)
+    if device.type != "cuda":
+        return None
+    import torch
+
+    def create_context() -> None:
+        try:
+            torch.empty(1, device=device)
+        except Exception as exc:  # noqa: BLE001 - the model load meets the same error and reports it
+            log.debug("creating the CUDA context ahead of the model failed: %r", exc)
+
+    thread = threading.Thread(target=create_context, name="telesum-cuda-context", daemon=True)
+    thread.start()
+    return thread
+
+
+def tokenizer_source(engine: EngineSettings):
+    """Where the tokenizer comes from: `engine.tokenizer`, else the model's own (the embedded GGUF's for
+    'embedded' and 'tiny'). Raises FileNotFoundError for a model path that does not exist."""
+    from pathlib import Path
+
+    from worker.model.loader import embedded_model_path
+
+    if engine.tokenizer:
+        return engine.tokenizer
+    if engine.model in ("embedded", "tiny"):
+        return embedded_model_path()
+    if not Path(engine.model).exists():
+        raise FileNotFoundError(f"model source {engine.model} does not exist")
+    return engine.model
+
+
+def load_tokenizer(engine: EngineSettings):
+    """The tokenizer `engine` names, loaded on its own so the preprocessing pool can start before the model."""
+    from worker.model.tokenizer import load_tokenizer as load
+
+    with startup_phase("tokenizer loaded"):
+        return load(tokenizer_source(engine))
+
+
+def start_preprocessor(tokenizer, engine: EngineSettings):
+    """The Summarizer's preprocessing pool for the device, its processes spawning now: they import and
+    load their tokenizer copies while this process loads the model."""
+    import time
+
+    from worker.preprocess import Preprocessor, default_workers
+
+    started = time.perf_counter()
+    pool = Preprocessor(tokenizer, default_workers(resolve_device(engine.device).type))
+    waiting = set(pool.started)
+    lock = threading.Lock()  # protects waiting (the callbacks run on the pool's manager thread)
+
+    def up(future) -> None:  # not a phase: it runs beside the model load
+        with lock:
+            waiting.discard(future)
+            if waiting:
+                return
+        log.info("start-up: preprocessing pool of %d processes answering %.1f s after it started",
+                 pool.workers, time.perf_counter() - started)
+
+    for future in pool.started:
+        future.add_done_callback(up)
+    return pool
+
+
+def load_model(engine: EngineSettings, tokenizer=None):
+    """The LoadedModel that `engine.model` names: 'embedded', 'tiny' (random weights) or a path;
+    `tokenizer`: already loaded (see load_tokenizer), else loaded here."""
     use_persistent_compile_caches()
     with startup_phase("model loaded"):
-        return _load_model(engine)
+        return _load_model(engine, tokenizer)
 
 
-def _load_model(engine: EngineSettings):
+def _load_model(engine: EngineSettings, tok=None):
     import worker.model
     from worker.model.config import ModelConfig
     from worker.model.loader import embedded_model_path, random_model
-    from worker.model.tokenizer import load_tokenizer
+    from worker.model.tokenizer import load_tokenizer as load
 
     device = resolve_device(engine.device)
     if engine.model == "tiny":
         # Random weights for tests and speed runs; the tokenizer decides the vocabulary.
-        tok = load_tokenizer(engine.tokenizer or embedded_model_path())
+        tok = tok or load(tokenizer_source(engine))
         cfg = ModelConfig.tiny(vocab_size=len(tok), max_position_embeddings=engine.max_context or 2048,
                                bos_token_id=tok.bos_token_id, eos_token_ids=(tok.eos_token_id,))
         loaded = random_model(cfg, device=device, name="tiny-random", backend=engine.backend)
         loaded.tokenizer = tok
         return loaded
     source = embedded_model_path() if engine.model == "embedded" else engine.model
-    return worker.model.load_model(source, device=device, backend=engine.backend,
-                                   tokenizer=engine.tokenizer or True)
+    loaded = worker.model.load_model(source, device=device, backend=engine.backend,
+                                     tokenizer=False if tok is not None else engine.tokenizer or True)
+    if tok is not None:
+        loaded.tokenizer = tok
+    return loaded
 
 
 def probe_budgets(loaded, device, engine: EngineSettings, loaded_settings: LoadedSettings) -> Probed | None:
@@ -134,9 +203,9 @@ def log_bin(token_budget: int) -> Callable[[Any], None]:
     return on_bin
 
 
-def build_summarizer(engine: EngineSettings, budgets: Budgets, loaded, dispatcher=None):
+def build_summarizer(engine: EngineSettings, budgets: Budgets, loaded, dispatcher=None, preprocessor=None):
     """The Summarizer both commands run, with the budgets in force and the engine's sampling.
-    With debug logging on, its dispatcher logs one line per bin."""
+    With debug logging on, its dispatcher logs one line per bin. preprocessor: see start_preprocessor."""
     from worker.prompts.sampling import default_sampling
     from worker.summarizer import BIN_LATENCY_CAP_S, Summarizer
 
@@ -151,7 +220,7 @@ def build_summarizer(engine: EngineSettings, budgets: Budgets, loaded, dispatche
                       max_context=engine.max_context, seed=engine.seed, dispatcher=dispatcher,
                       prefix_cache=engine.prefix_cache, prefix_cache_tokens=engine.prefix_cache_tokens,
                       max_record_tokens=engine.max_record_tokens or None, max_decode_seqs=budgets.max_decode_seqs,
-                      over_cap=engine.over_cap,
+                      over_cap=engine.over_cap, preprocessor=preprocessor,
                       sampling=default_sampling(engine.max_new_tokens, engine.temperature, engine.top_p))
 
 

@@ -26,6 +26,7 @@ from worker.engine.prefix_reuse import PrefixReuse
 from worker.engine.runner import ModelRunner
 from worker.engine.sequence import SamplingParams
 from worker.engine.sizing import arena_rows
+from worker.engine.warmup import capture_decode_graphs, run_first_step
 from worker.in_order import results_in_order, summarize_all
 from worker.long_records import WAKE, LongRecords, MergeDue
 from worker.messages import Facts, Summary, TelemetryRecord
@@ -60,10 +61,13 @@ class Summarizer:
                  max_context: int | None = None, max_record_tokens: int | None = None,
                  over_cap: str = "select", preprocess_workers: int | None = None,
                  max_pending_records: int = 4096, prefix_cache: bool = True,
-                 prefix_cache_tokens: int | None = None, max_decode_seqs: int | None = None) -> None:
+                 prefix_cache_tokens: int | None = None, max_decode_seqs: int | None = None,
+                 preprocessor: Preprocessor | None = None) -> None:
         """max_record_tokens / over_cap: the per-record work cap and what happens beyond it ('select'
         a stated part, or 'dead_letter' as RecordTooLong). preprocess_workers: processes preparing
         records (facts, prompt, tokens); None = a default for the device (see worker.preprocess).
+        preprocessor: one already started (its processes spawned during the model load), used
+        instead of a new one and closed with the summarizer.
         max_pending_records: records accepted but not yet handed to the engine, beyond which `submit`
         raises Backpressure. prefix_cache: keep the KV of prompt heads in a region at the end of the
         arena and reuse it; prefix_cache_tokens: that region's rows (None: `prefix_region_rows`),
@@ -103,11 +107,13 @@ class Summarizer:
         self.arena = KVArena(cfg, kv_capacity_rows, dtype=param.dtype, device=self.device, reserved_tail_rows=region)
         self.prefix = (PrefixReuse(self.arena.cache, first_row=kv_capacity_rows - region,
                                    num_blocks=region // PREFIX_BLOCK_SIZE) if region else None)
-        self.engine = Engine(ModelRunner(loaded.model, self.arena.cache, self.device), self.dispatcher,
+        self.runner = ModelRunner(loaded.model, self.arena.cache, self.device)
+        self.max_decode_seqs = max_decode_seqs
+        self.engine = Engine(self.runner, self.dispatcher,
                              self.arena.slabs, eos_ids=tuple(cfg.eos_token_ids), max_context=self.max_context,
                              detokenize=self._decode if self.params.stop else None, seed=seed,
                              prefix_reuse=self.prefix, max_decode_seqs=max_decode_seqs)
-        self.preprocessor = Preprocessor(
+        self.preprocessor = preprocessor or Preprocessor(
             self.tokenizer, default_workers(self.device.type) if preprocess_workers is None else preprocess_workers)
         self.max_pending_records = max_pending_records
         self._prepared: queue.SimpleQueue = queue.SimpleQueue()  # (request, future of Prepared); None = stop
@@ -134,27 +140,18 @@ class Summarizer:
         engine. Returns once a first prompt has been prefilled and decoded (compilation and the first
         graph capture happen here, not on the first record), so a caller that reports readiness after
         `start` reports it when a step can run."""
+        # A bin is admitted whole when nothing decodes, so a decode batch may reach a bin's sequences
+        # too; a bucket missed here is still captured when first needed.
+        capture_decode_graphs(self.runner.decode_step, self.max_decode_seqs and max(self.max_decode_seqs,
+                                                                                     self.max_seqs_per_bin))
         self.dispatcher.start()
         self._thread = threading.Thread(target=self.engine.run, name="telesum-gpu-loop", daemon=True)
         self._thread.start()
-        self._run_first_step(first_step_timeout_s)
+        first = run_first_step(self.engine, self.loaded.config.vocab_size, first_step_timeout_s)
+        if self.prefix is not None:  # the warm-up prompt is no record's
+            self.prefix.uncount_lookup(first.prompt_len)
         self._feeder = threading.Thread(target=self._feed, name="telesum-feeder", daemon=True)
         self._feeder.start()
-
-    def _run_first_step(self, timeout_s: float) -> None:
-        started = time.perf_counter()
-        vocab = self.loaded.config.vocab_size
-        seq = self.engine.add([i % vocab for i in range(1, 17)], SamplingParams(max_new_tokens=2))
-        try:
-            done = self.engine.finished.get(timeout=timeout_s)
-        except queue.Empty:
-            raise RuntimeError(f"the engine ran no step within {timeout_s:.0f} s of starting") from None
-        if self.prefix is not None:
-            self.prefix.uncount_lookup(seq.prompt_len)
-        if done is not seq or done.error is not None:  # each record will report its own failure
-            log.warning("start-up: the engine's first step failed: %r", done.error)
-            return
-        log.info("start-up: first engine step (compilation, first graphs) in %.1f s", time.perf_counter() - started)
 
     def close(self, drain: bool = True, timeout: float | None = None) -> None:
         """Stop taking records. drain=True finishes everything submitted (results stay for `poll`);

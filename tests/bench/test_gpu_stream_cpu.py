@@ -32,3 +32,21 @@ def test_gpu_stream_cpu_form_answers_every_record_and_reports_phases(tmp_path):
     assert "mixed" not in tiny["separate_0.5"]["steps"]  # the switch reached the engine
     assert "mixed" not in tiny["capacity_separate"]["steps"] and tiny["capacity"]["steps"]["decode"]["steps"] > 0
     assert (tmp_path / "cpu_stream.json").exists()
+
+
+def test_startup_breakdown_places_each_phase_and_the_wait_for_the_first_summary():
+    import datetime
+
+    bench = _load_bench()
+    t0 = datetime.datetime(2026, 12, 1, 16, 41, 20, 0).timestamp()
+    lines = ["2026-12-01 16:41:21,000 INFO worker.runtime: start-up: tokenizer loaded in 0.5 s\n",
+             "2026-12-01 16:41:22,000 INFO worker.model.loader: loaded smollm2-shape (llama) on cuda in 0.8 s\n",
+             "2026-12-01 16:41:22,100 INFO worker.runtime: start-up: model loaded in 1.0 s\n",
+             "noise without a timestamp\n",
+             "2026-12-01 16:41:25,100 INFO worker.summarizer: start-up: first engine step in 2.0 s\n"]
+    b = bench.startup_breakdown(lines, t0, first_summary_s=7.5)
+    assert [p["phase"] for p in b["phases"]] == ["tokenizer loaded", "model loaded", "first engine step"]
+    assert [p["ends_at_s"] for p in b["phases"]] == [1.0, 2.1, 5.1]
+    assert b["loader_s"] == 0.8 and b["before_first_phase_s"] == 0.5
+    assert b["between_phases_s"] == 1.1  # 5.1 - 0.5 - (0.5 + 1.0 + 2.0)
+    assert b["after_start_up_s"] == 2.4

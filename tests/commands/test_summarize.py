@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import worker.model
+import worker.model.tokenizer
 from worker.cli import main
 from worker.model.attention import SdpaBackend
 from worker.model.config import ModelConfig
@@ -26,6 +27,8 @@ def tiny_loaded(monkeypatch):
                              tokenizer=tiny_tokenizer(), name="tiny-random")
     calls = []
     monkeypatch.setattr(worker.model, "load_model", lambda src, **kw: calls.append(src) or loaded)
+    # loaded before the model, on its own (the preprocessing pool starts with it)
+    monkeypatch.setattr(worker.model.tokenizer, "load_tokenizer", lambda src: loaded.tokenizer)
     return calls
 
 

@@ -100,3 +100,21 @@ def test_config_from_hf_sliding_window_caps_context():
 def test_config_from_hf_unsupported_raises(overrides, message):
     with pytest.raises(ValueError, match=message):
         ModelConfig.from_hf_config(_hf_dict(**overrides))
+
+
+def test_load_model_runs_no_init_and_every_value_comes_from_the_file(tmp_path, monkeypatch):
+    folder, weights = _saved_folder(tmp_path, ModelConfig.tiny("llama"))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a parameter init ran: the loader built storage it then overwrote")
+
+    for name in ("normal_", "uniform_", "kaiming_uniform_", "zeros_", "ones_", "trunc_normal_"):
+        monkeypatch.setattr(torch.nn.init, name, refuse)
+    loaded = load_model(folder, device="cpu", tokenizer=False)
+    params = dict(loaded.model.named_parameters())
+    for name, tensor in load_file(weights).items():
+        name = name.removeprefix("model.")
+        if name.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight", "gate_proj.weight", "up_proj.weight")):
+            continue  # fused into qkv_proj / gate_up_proj
+        assert torch.equal(params[name], tensor), name
+    assert "reset_parameters" in vars(torch.nn.Linear) and "lambda" not in torch.nn.Linear.reset_parameters.__qualname__

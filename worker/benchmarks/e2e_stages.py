@@ -122,6 +122,7 @@ def instrument(timer: StageTimer, summarizer, worker) -> None:
     timer.patch(preprocess_mod, "extract_facts", "fact extraction")
     timer.patch(preprocess_mod, "build_messages", "prompt render: messages")
     summarizer.tokenizer = TimedTokenizer(summarizer.tokenizer, timer)
+    summarizer.preprocessor.close()  # its processes, spawned when it was made
     summarizer.preprocessor = preprocess_mod.Preprocessor(summarizer.tokenizer, workers=0)
     timer.patch(summarizer.engine, "add", "engine.add (dispatcher submit)")
     timer.patch(summarizer, "poll", "summarizer poll (incl. wait)")

@@ -90,6 +90,36 @@ class DecodeGraphs:
         graph[0].replay()
         return graph[1][:batch]
 
+    @torch.inference_mode()
+    def warm(self, max_batch: int | None = None) -> tuple[int, ...]:
+        """Capture the graph of every bucket up to the one holding `max_batch` (all when None) now, at
+        start-up, instead of on the first step of each size mid-stream; eager (graphs off, CPU) each runs
+        once. Largest first, so the smaller graphs reuse the pool's memory. Returns the buckets warmed.
+        Engine thread only, or before it starts: no other thread may launch work during a capture."""
+        last = self.max_batch if max_batch is None else self.bucket_for(min(max(max_batch, 1), self.max_batch))
+        wanted = [b for b in self.buckets if b <= last]
+        for bucket in reversed(wanted):
+            if not self.use_graphs:
+                self._warm_eager(bucket)
+            elif bucket not in self._graphs:
+                self._capture(bucket)
+        return tuple(wanted)
+
+    def _warm_eager(self, bucket: int) -> None:
+        rows = self._staging[:, :bucket]
+        saved = rows.clone()
+        self._park(bucket)
+        self._forward(bucket, 1)
+        rows.copy_(saved)
+
+    def _park(self, bucket: int) -> None:
+        """Staging rows that touch no live KV: every slot -1 (the scratch row), one row of slab 0."""
+        self._staging[_SLOTS, :bucket] = -1
+        self._staging[_STARTS, :bucket] = 0
+        self._staging[_POS, :bucket] = 0
+        self._staging[_USED, :bucket] = 1
+        self._staging[_HEAD_LENS, :bucket] = 0
+
     def _forward(self, bucket: int, max_seqlen_k: int) -> torch.Tensor:
         rows = self._staging[:, :bucket]  # [7, b]
         attn = AttentionMetadata(
@@ -100,13 +130,8 @@ class DecodeGraphs:
         return self.model(rows[_IDS], rows[_POS], attn, self.kv, self._arange[:bucket])
 
     def _capture(self, bucket: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
-        # Capture over inputs that touch no live KV: every slot -1 (the scratch row), one row of slab 0.
         saved = self._staging[:, :bucket].clone()
-        self._staging[_SLOTS, :bucket] = -1
-        self._staging[_STARTS, :bucket] = 0
-        self._staging[_POS, :bucket] = 0
-        self._staging[_USED, :bucket] = 1
-        self._staging[_HEAD_LENS, :bucket] = 0
+        self._park(bucket)
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):  # warm-up off the capture: compiles kernels, creates handles

@@ -16,7 +16,7 @@ from worker.model.config import ModelConfig
 from worker.model.gguf_loader import gguf_config, gguf_tensors, open_gguf
 from worker.model.llama import LlamaModel
 from worker.model.tokenizer import load_tokenizer
-from worker.model.weights import WeightSink, init_random, materialize
+from worker.model.weights import WeightSink, init_random, materialize, skipped_init
 
 log = logging.getLogger(__name__)
 
@@ -83,16 +83,17 @@ def random_model(cfg: ModelConfig, *, device, dtype=None, backend: str | None = 
     """A model with random weights (speed runs, tests); tokenizer optionally from a folder/.gguf."""
     device = torch.device(device)
     dtype = dtype or default_dtype(device)
-    with torch.device("meta"):
-        model = LlamaModel(cfg, select_backend(device, backend))
-    init_random(materialize(model, device, dtype), seed)
+    model = _build(cfg, device, dtype, backend)
+    init_random(model, seed)
     tok = load_tokenizer(tokenizer) if tokenizer is not None else None
     return LoadedModel(model=model.eval(), config=cfg, tokenizer=tok, name=name, device=device, dtype=dtype)
 
 
 def _build(cfg: ModelConfig, device, dtype, backend: str | None) -> LlamaModel:
-    with torch.device("meta"):
-        model = LlamaModel(cfg, select_backend(device, backend))
+    """Uninitialised parameters on `device` in `dtype`: built on the meta device, no init, no CPU copy."""
+    attention = select_backend(device, backend)
+    with torch.device("meta"), skipped_init():
+        model = LlamaModel(cfg, attention)
     return materialize(model, device, dtype)
 
 

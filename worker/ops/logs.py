@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
+from collections.abc import Iterator
 
 import msgspec
 
@@ -13,6 +15,17 @@ from worker.settings.sections import LogSettings
 # LogRecord attributes that are not a caller's `extra=` fields.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName"}
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+@contextlib.contextmanager
+def startup_phase(name: str, logger: logging.Logger | None = None) -> Iterator[None]:
+    """Logs how long one start-up phase took ("start-up: model loaded in 8.1 s"), with the phase and
+    its seconds as fields of a JSON line; `bench/gpu_stream.py` reads these lines."""
+    started = time.perf_counter()
+    yield
+    seconds = time.perf_counter() - started
+    (logger or logging.getLogger(__name__)).info(
+        "start-up: %s in %.1f s", name, seconds, extra={"startup_phase": name, "seconds": round(seconds, 3)})
 
 
 class JsonFormatter(logging.Formatter):
