@@ -437,7 +437,7 @@ def main(argv: list[str] | None = None) -> dict:
             res["cold_start"] = cold_start(args.out, args.tokenizer, log)
         tokenizer = load_tokenizer(args.tokenizer)
         records = records_for("short", 2000)
-        for shape in args.shapes.split(","):
+        for shape in filter(None, args.shapes.split(",")):
             loaded = build_loaded(shape, tokenizer)
             try:
                 res[shape] = {}
