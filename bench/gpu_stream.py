@@ -77,16 +77,17 @@ def capacity_run(summarizer, records) -> dict:
 
 # Scheduler settings compared side by side (attributes of worker.engine.scheduler.Scheduler).
 VARIANTS = {
-    "mixed": {},
-    "mixed_uncut": {"_split_bin": None},
-    "mixed_decode_rows_256": {"max_mixed_rows": 256},
-    "separate": {"mixed_steps": False},
+    "separate": {"mixed_steps": False},                   # the default
+    "mixed": {"mixed_steps": True},                       # prefill and decode rows in one forward
+    "mixed_uncut": {"mixed_steps": True, "_split_bin": None},  # ... bins never cut to a step's size
+    "uncut": {"_split_bin": None},                        # separate steps, bins never cut
 }
 
 
 @contextlib.contextmanager
 def _variant(scheduler, name: str):
-    saved = {k: getattr(scheduler, k) for k in VARIANTS[name]}
+    # max_mixed_rows too: an out-of-memory mixed step of one variant must not limit the next one's.
+    saved = {k: getattr(scheduler, k) for k in [*VARIANTS[name], "max_mixed_rows"]}
     for k, v in VARIANTS[name].items():
         setattr(scheduler, k, v)
     try:
@@ -281,7 +282,7 @@ def startup_breakdown(lines: list[str], t0_wall: float, first_summary_s: float |
     return out
 
 
-def cold_start(out: Path, tokenizer_dir: Path, log, *, cpu: bool = False) -> dict:
+def cold_start(out: Path, tokenizer_dir: Path, log, *, cpu: bool = False, into: dict | None = None) -> dict:
     """`telesum summarize` as a process on a SmolLM2-shaped model folder: start -> first summary,
     with empty caches (cold) and then with what the cold run left (warm), each with its start-up
     breakdown. cpu: on the CPU, 3 records and 8 new tokens (the method, not the figure)."""
@@ -306,7 +307,7 @@ def cold_start(out: Path, tokenizer_dir: Path, log, *, cpu: bool = False) -> dic
     data.write_bytes(b"".join(msgspec.json.encode(r) + b"\n" for r in records_for("short", 3 if cpu else 600)))
     cache = work / "cache"
     subprocess.run(["rm", "-rf", str(cache)], check=True)
-    res = {}
+    res = into if into is not None else {}  # filled as it goes: a run cut short keeps the cold figures
     for name in ("cold", "warm"):
         output = work / f"out_{name}.jsonl"
         output.unlink(missing_ok=True)
@@ -429,12 +430,12 @@ def main(argv: list[str] | None = None) -> dict:
                                   variant_loads=_parse_variant_loads(args.variant_loads),
                                   capacity_variants=[x for x in args.capacity_variants.split(",") if x])
         if args.cold_start:
-            res["cold_start"] = cold_start(args.out, args.tokenizer, log, cpu=True)
+            cold_start(args.out, args.tokenizer, log, cpu=True, into=res.setdefault("cold_start", {}))
     else:
         from worker.model.tokenizer import load_tokenizer
 
         if args.cold_start:  # first, while nothing of this process holds the GPU
-            res["cold_start"] = cold_start(args.out, args.tokenizer, log)
+            cold_start(args.out, args.tokenizer, log, into=res.setdefault("cold_start", {}))
         tokenizer = load_tokenizer(args.tokenizer)
         records = records_for("short", 2000)
         for shape in filter(None, args.shapes.split(",")):

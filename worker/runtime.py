@@ -42,26 +42,6 @@ def use_persistent_compile_caches() -> None:
     os.environ.setdefault("TRITON_CACHE_DIR", str(root / "triton"))
 
 
-def start_device(engine: EngineSettings) -> threading.Thread | None:
-    """On a GPU, a thread that creates the CUDA context now, beside the tokenizer load and the pool's
-    start, instead of at the model's first allocation (the driver's start-up takes seconds on a large
-    GPU, and the allocation that triggers it releases the GIL). None on the CPU."""
-    device = resolve_device(engine.device)
-    if device.type != "cuda":
-        return None
-    import torch
-
-    def create_context() -> None:
-        try:
-            torch.empty(1, device=device)
-        except Exception as exc:  # noqa: BLE001 - the model load meets the same error and reports it
-            log.debug("creating the CUDA context ahead of the model failed: %r", exc)
-
-    thread = threading.Thread(target=create_context, name="telesum-cuda-context", daemon=True)
-    thread.start()
-    return thread
-
-
 def tokenizer_source(engine: EngineSettings):
     """Where the tokenizer comes from: `engine.tokenizer`, else the model's own (the embedded GGUF's for
     'embedded' and 'tiny'). Raises FileNotFoundError for a model path that does not exist."""
@@ -88,7 +68,7 @@ def load_tokenizer(engine: EngineSettings):
 
 def start_preprocessor(tokenizer, engine: EngineSettings):
     """The Summarizer's preprocessing pool for the device, its processes spawning now: they import and
-    load their tokenizer copies while this process loads the model."""
+    load their tokenizer copies while the Summarizer warms up."""
     import time
 
     from worker.preprocess import Preprocessor, default_workers
@@ -219,6 +199,7 @@ def build_summarizer(engine: EngineSettings, budgets: Budgets, loaded, dispatche
                       kv_capacity_rows=budgets.kv_rows, max_seqs_per_bin=budgets.max_seqs_per_bin,
                       max_context=engine.max_context, seed=engine.seed, dispatcher=dispatcher,
                       prefix_cache=engine.prefix_cache, prefix_cache_tokens=engine.prefix_cache_tokens,
+                      mixed_steps=engine.mixed_steps,
                       max_record_tokens=engine.max_record_tokens or None, max_decode_seqs=budgets.max_decode_seqs,
                       over_cap=engine.over_cap, preprocessor=preprocessor,
                       sampling=default_sampling(engine.max_new_tokens, engine.temperature, engine.top_p))

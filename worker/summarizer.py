@@ -62,7 +62,7 @@ class Summarizer:
                  over_cap: str = "select", preprocess_workers: int | None = None,
                  max_pending_records: int = 4096, prefix_cache: bool = True,
                  prefix_cache_tokens: int | None = None, max_decode_seqs: int | None = None,
-                 preprocessor: Preprocessor | None = None) -> None:
+                 preprocessor: Preprocessor | None = None, mixed_steps: bool = False) -> None:
         """max_record_tokens / over_cap: the per-record work cap and what happens beyond it ('select'
         a stated part, or 'dead_letter' as RecordTooLong). preprocess_workers: processes preparing
         records (facts, prompt, tokens); None = a default for the device (see worker.preprocess).
@@ -74,7 +74,8 @@ class Summarizer:
         in whole blocks. The region never takes rows from the slabs: a defaulted arena grows by it, a
         given one keeps at least one full context for slabs. max_decode_seqs: sequences decoding at
         once (the probe's measure); records beyond it wait, and a caller submitting faster meets
-        Backpressure."""
+        Backpressure. mixed_steps: bins prefilled in the same forward as the decoding sequences' next
+        tokens (Engine; off by default: docs/streaming.md has the measurements)."""
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer
         # The prompts ask for one paragraph; the stop string ends the model's habit of adding another,
@@ -112,7 +113,7 @@ class Summarizer:
         self.engine = Engine(self.runner, self.dispatcher,
                              self.arena.slabs, eos_ids=tuple(cfg.eos_token_ids), max_context=self.max_context,
                              detokenize=self._decode if self.params.stop else None, seed=seed,
-                             prefix_reuse=self.prefix, max_decode_seqs=max_decode_seqs)
+                             prefix_reuse=self.prefix, max_decode_seqs=max_decode_seqs, mixed_steps=mixed_steps)
         self.preprocessor = preprocessor or Preprocessor(
             self.tokenizer, default_workers(self.device.type) if preprocess_workers is None else preprocess_workers)
         self.max_pending_records = max_pending_records

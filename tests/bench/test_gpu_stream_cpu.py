@@ -18,19 +18,20 @@ def _load_bench():
 def test_gpu_stream_cpu_form_answers_every_record_and_reports_phases(tmp_path):
     bench = _load_bench()
     res = bench.main(["--out", str(tmp_path), "--cpu", "--loads", "0.5", "--seconds", "2",
-                      "--unbounded-s", "2", "--variant-loads", "separate:0.5", "--capacity-variants", "separate"])
+                      "--unbounded-s", "2", "--variant-loads", "mixed:0.5", "--capacity-variants", "mixed"])
     tiny = res["tiny"]
-    for cap in (tiny["capacity"], tiny["capacity_separate"]):
+    for cap in (tiny["capacity"], tiny["capacity_mixed"]):
         assert cap["failed"] == 0 and cap["records_per_s"] > 0
-    for run in (tiny["load_0.5"], tiny["unbounded_2x"], tiny["separate_0.5"]):
+    for run in (tiny["load_0.5"], tiny["unbounded_2x"], tiny["mixed_0.5"]):
         assert run["answered"] == run["records"] >= 10 and run["failed"] == 0
         assert 0 < run["p50_s"] <= run["p90_s"] <= run["p99_s"]
         assert run["median_decode_s"] is not None and run["median_queued_s"] >= 0
         steps = run["steps"]
         assert steps["decode"]["steps"] > 0
         assert steps.get("prefill", {}).get("steps", 0) + steps.get("mixed", {}).get("steps", 0) > 0
-    assert "mixed" not in tiny["separate_0.5"]["steps"]  # the switch reached the engine
-    assert "mixed" not in tiny["capacity_separate"]["steps"] and tiny["capacity"]["steps"]["decode"]["steps"] > 0
+    # The default runs prefill and decode apart; the variant's switch reached the engine.
+    assert "mixed" not in tiny["capacity"]["steps"] and "mixed" not in tiny["load_0.5"]["steps"]
+    assert tiny["capacity_mixed"]["steps"]["mixed"]["steps"] > 0
     assert (tmp_path / "cpu_stream.json").exists()
 
 

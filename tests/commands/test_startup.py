@@ -36,7 +36,7 @@ def test_bad_setting_exits_2_before_any_model_loads(command):
     assert "got '0' from env TELESUM_MAX_SEQS_PER_BIN" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_start_summarizer_spawns_the_preprocessing_pool_while_the_model_loads(tmp_path, monkeypatch):
+def test_start_summarizer_spawns_the_preprocessing_pool_after_the_model_load(tmp_path, monkeypatch):
     import worker.preprocess
     import worker.runtime
     from worker.commands.startup import start_summarizer
@@ -48,38 +48,24 @@ def test_start_summarizer_spawns_the_preprocessing_pool_while_the_model_loads(tm
     settings = load_settings(env={"TELESUM_MODEL": "tiny", "TELESUM_TOKENIZER": str(tmp_path / "tok"),
                                   "TELESUM_DEVICE": "cpu", "TELESUM_MAX_NEW_TOKENS": "4"})
     monkeypatch.setattr(worker.preprocess, "default_workers", lambda device_type: 1)
-    pools = []
-    start_pool = worker.runtime.start_preprocessor
-    monkeypatch.setattr(worker.runtime, "start_preprocessor", lambda *a: pools.append(start_pool(*a)) or pools[-1])
-    load = worker.runtime._load_model
-    up_during_load = []
+    events, pools = [], []
+    start_pool, load = worker.runtime.start_preprocessor, worker.runtime._load_model
 
-    def slow_load(engine, tok=None):  # holds the load until the pool's worker process is up
-        up_during_load.append(bool(pools) and pools[0].started[0].result(timeout=120) > 0)
-        return load(engine, tok)
+    def pool(*args):
+        events.append("pool")
+        pools.append(start_pool(*args))
+        return pools[-1]
 
-    monkeypatch.setattr(worker.runtime, "_load_model", slow_load)
+    def model(*args):
+        loaded = load(*args)
+        events.append("model")
+        return loaded
+
+    monkeypatch.setattr(worker.runtime, "start_preprocessor", pool)
+    monkeypatch.setattr(worker.runtime, "_load_model", model)
     started = start_summarizer(settings, "summarize")
     try:
-        assert up_during_load == [True]
-        assert started.summarizer.preprocessor is pools[0]
+        assert events == ["model", "pool"]  # the pool's spawning processes do not compete with the load
+        assert started.summarizer.preprocessor is pools[0] and pools[0].started[0].result(timeout=120) > 0
     finally:
         started.summarizer.close(drain=False)
-
-
-def test_start_device_creates_the_cuda_context_off_the_main_thread_and_nothing_on_cpu(monkeypatch):
-    import threading
-
-    import torch
-
-    import worker.runtime
-    from worker.settings.load import load_settings
-
-    engine = load_settings(env={"TELESUM_DEVICE": "cpu"}).settings.engine
-    assert worker.runtime.start_device(engine) is None
-    made = []
-    monkeypatch.setattr(worker.runtime, "resolve_device", lambda name: torch.device("cuda", 0))
-    monkeypatch.setattr(torch, "empty", lambda *a, device=None, **k: made.append((device, threading.current_thread())))
-    thread = worker.runtime.start_device(engine)
-    thread.join(60)
-    assert made == [(torch.device("cuda", 0), thread)]

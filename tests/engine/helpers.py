@@ -19,7 +19,7 @@ from tests.engine.conftest import FakeDispatcher
 
 def make_engine(model, *, token_budget=64, capacity=2048, chunk_tokens=None, eos_ids=(),
                 detokenize=None, alignment=8, seed=0, prefix_blocks=0, block_size=8,
-                max_decode_seqs=None, mixed_steps=True) -> Engine:
+                max_decode_seqs=None, mixed_steps=False) -> Engine:
     """prefix_blocks > 0: a prefix cache of that many blocks after the `capacity` slab rows."""
     kv = KVCache.allocate(model.cfg, capacity + prefix_blocks * block_size, torch.float32, "cpu")
     prefix = (PrefixReuse(kv, first_row=capacity, num_blocks=prefix_blocks, block_size=block_size)

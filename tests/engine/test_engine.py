@@ -240,7 +240,7 @@ def test_engine_decode_batch_mixes_stop_sets_eos_and_lengths(tiny_model):
 
 
 def test_engine_bin_out_of_memory_is_split_in_halves_down_to_one_and_loses_nothing(tiny_model):
-    engine = make_engine(tiny_model, token_budget=64, mixed_steps=False)  # mixed steps: test_mixed_steps
+    engine = make_engine(tiny_model, token_budget=64)
     original = engine.runner.prefill_bin
     sizes = []
 

@@ -1,6 +1,7 @@
-"""Mixed steps: a bin's prefill carries every decoding sequence's next token in one forward; a large
-bin is prefilled in parts while sequences decode. Same tokens as separate steps, nothing lost."""
+"""Mixed steps (a bin's prefill carries every decoding sequence's next token in one forward) and bins
+prefilled in step-sized parts while sequences decode. Same tokens as the reference, nothing lost."""
 
+import pytest
 import torch
 
 from worker.engine import scheduler as scheduler_module
@@ -36,7 +37,7 @@ def _staggered(engine, prompts, params, first=2, warm_steps=3):
 def test_mixed_steps_carry_decoding_rows_and_match_the_reference(tiny_model):
     prompts = random_prompts(7, 4, 24, seed=51)
     max_new = [12, 9, 5, 7, 3, 6, 8]
-    engine = make_engine(tiny_model, token_budget=40)
+    engine = make_engine(tiny_model, token_budget=40, mixed_steps=True)
     calls = _record_prefills(engine)
     seqs = _staggered(engine, prompts, [SamplingParams(max_new_tokens=n) for n in max_new])
     assert any(rows for _, rows in calls)  # some bins were prefilled beside decoding sequences
@@ -48,7 +49,7 @@ def test_mixed_steps_carry_decoding_rows_and_match_the_reference(tiny_model):
 def test_mixed_steps_with_cached_heads_and_repetition_penalty_match_the_reference(tiny_model):
     head = random_prompts(1, 24, 24, seed=52)[0]
     prompts = [head + tail for tail in random_prompts(6, 3, 12, seed=53)]
-    engine = make_engine(tiny_model, token_budget=48, prefix_blocks=32)
+    engine = make_engine(tiny_model, token_budget=48, prefix_blocks=32, mixed_steps=True)
     calls = _record_prefills(engine)
     params = [SamplingParams(max_new_tokens=8, repetition_penalty=2.0)] * len(prompts)
     seqs = _staggered(engine, prompts, params, first=1)
@@ -59,7 +60,7 @@ def test_mixed_steps_with_cached_heads_and_repetition_penalty_match_the_referenc
 
 def test_mixed_step_out_of_memory_runs_prefill_and_decode_apart_and_loses_nothing(tiny_model):
     prompts = random_prompts(5, 5, 16, seed=54)
-    engine = make_engine(tiny_model, token_budget=40)
+    engine = make_engine(tiny_model, token_budget=40, mixed_steps=True)
     original = engine.runner.prefill_bin
     mixed_tries = []
 
@@ -78,17 +79,18 @@ def test_mixed_step_out_of_memory_runs_prefill_and_decode_apart_and_loses_nothin
     assert all(s.error is None for s in seqs) and engine.scheduler.slabs.num_used_rows == 0
 
 
-def test_large_bin_prefilled_in_step_sized_parts_while_decoding(tiny_model, monkeypatch):
+@pytest.mark.parametrize("mixed", [True, False], ids=["mixed", "separate"])
+def test_large_bin_prefilled_in_step_sized_parts_while_decoding(tiny_model, monkeypatch, mixed):
     # Every measured prompt token costs more than a step may take: parts of one sequence each.
     monkeypatch.setattr(scheduler_module, "PREFILL_FIXED_COST_S", 0.0)
     monkeypatch.setattr(scheduler_module, "STEP_TARGET_S", 1e-12)
     prompts = random_prompts(6, 6, 10, seed=55)
-    engine = make_engine(tiny_model, token_budget=64)
+    engine = make_engine(tiny_model, token_budget=64, mixed_steps=mixed)
     calls = _record_prefills(engine)
     seqs = _staggered(engine, prompts, [SamplingParams(max_new_tokens=10)] * len(prompts), first=1)
     assert engine.scheduler.step_prompt_tokens() == 1
-    later = [n for n, rows in calls if rows]
-    assert later and set(later) == {1}  # beside decoding, one sequence per step
+    later = [n for n, rows in calls if rows] if mixed else [n for n, _ in calls[1:]]
+    assert later and set(later) == {1}  # while sequences decode, one sequence per step
     assert len(engine.dispatcher.bins_emitted[-1]) > 1  # though the dispatcher packed them together
     assert [s.output for s in seqs] == [reference_greedy(tiny_model, p, 10) for p in prompts]
     assert engine.scheduler.slabs.num_used_rows == 0

@@ -44,7 +44,7 @@ def test_scheduler_long_input_chunks_alternate_with_decode():
 
 
 def test_scheduler_small_bin_waits_for_decode_share_after_a_prefill():
-    sched = Scheduler(SlabAllocator(400), eos_ids=(), chunk_tokens=64)
+    sched = Scheduler(SlabAllocator(400), eos_ids=(), chunk_tokens=64, mixed_steps=True)
     first = _seq(0, 10, new=50)
     sched.add_bin("bin-a", [first])
     plan = sched.schedule()
@@ -70,7 +70,7 @@ def test_scheduler_bin_of_half_the_budget_joins_decoding_at_once():
     sched.postprocess(plan, [100])
     sched.add_bin("bin-b", [_seq(1, 16, new=50), _seq(2, 16, new=50)])  # 32 of 64 tokens
     plan = sched.schedule()
-    assert isinstance(plan, MixedStep) and plan.prefill.bin == "bin-b" and plan.decode.seqs == [first]
+    assert isinstance(plan, PrefillBin) and plan.bin == "bin-b"
 
 
 def test_scheduler_paces_small_bins_on_the_fixed_part_of_a_long_prefill_only():
@@ -88,7 +88,7 @@ def test_scheduler_paces_small_bins_on_the_fixed_part_of_a_long_prefill_only():
         steps.append(type(plan).__name__)
         sched.observe_step(plan, PREFILL_FIXED_COST_S if isinstance(plan, Decode) else 0.0)
         sched.postprocess(plan, [101] * len(plan.seqs))
-    assert steps == ["Decode", "Decode", "MixedStep"]  # 1.5 x the fixed part, not 1.5 x the whole
+    assert steps == ["Decode", "Decode", "PrefillBin"]  # 1.5 x the fixed part, not 1.5 x the whole
 
 
 def _splitter(work, seqs, k):
@@ -96,7 +96,7 @@ def _splitter(work, seqs, k):
 
 
 def test_scheduler_mixed_step_carries_every_decoding_sequence_and_they_advance_first():
-    sched = Scheduler(SlabAllocator(400), eos_ids=(), chunk_tokens=64)
+    sched = Scheduler(SlabAllocator(400), eos_ids=(), chunk_tokens=64, mixed_steps=True)
     first = _seq(0, 10, new=3)
     sched.add_bin("bin-a", [first])
     sched.postprocess(sched.schedule(), [100])
@@ -113,7 +113,7 @@ def test_scheduler_mixed_step_carries_every_decoding_sequence_and_they_advance_f
 def test_scheduler_cuts_a_large_bin_into_step_sized_parts_while_sequences_decode():
     from worker.engine.scheduler import PREFILL_FIXED_COST_S, STEP_TARGET_S
 
-    sched = Scheduler(SlabAllocator(10_000), eos_ids=(), chunk_tokens=2000, split_bin=_splitter)
+    sched = Scheduler(SlabAllocator(10_000), eos_ids=(), chunk_tokens=2000, split_bin=_splitter, mixed_steps=True)
     sched.add_bin("bin-a", [_seq(0, 1000, new=50)])
     plan = sched.schedule()
     assert sched.step_prompt_tokens() is None  # nothing measured yet: no cut

@@ -44,27 +44,21 @@ class Started:
 
 
 def start_summarizer(loaded_settings: LoadedSettings, command: str, **banner_fields: Any) -> Started:
-    """The CUDA context (created on a thread of its own), the tokenizer and the preprocessing pool, the
-    model the `[engine]` settings name (loaded while the pool's processes start), its budgets and the
-    Summarizer, then the banner."""
-    from worker.runtime import (banner, budgets_for, build_summarizer, load_model, load_tokenizer, start_device,
-                                start_preprocessor)
+    """The tokenizer and the model the `[engine]` settings name, its budgets, then the preprocessing
+    pool (its processes start while the Summarizer warms up: spawned beside the model load, eight
+    processes importing torch held the load back 18 s on an H200 host, bench/results/gpu/README.md)
+    and the Summarizer, then the banner."""
+    from worker.runtime import banner, budgets_for, build_summarizer, load_model, load_tokenizer, start_preprocessor
 
     engine = loaded_settings.settings.engine
-    device_context = start_device(engine)
     try:
         tokenizer = load_tokenizer(engine)
+        model = load_model(engine, tokenizer)
     except (FileNotFoundError, ValueError) as exc:  # a wrong --model or --tokenizer
         raise StartupError(f"engine.model (--model, TELESUM_MODEL) {engine.model!r}: {exc}") from None
+    budgets = budgets_for(loaded_settings, model)
     preprocessor = start_preprocessor(tokenizer, engine)
-    if device_context is not None:
-        device_context.join()
     try:
-        try:
-            model = load_model(engine, tokenizer)
-        except (FileNotFoundError, ValueError) as exc:  # a wrong --model
-            raise StartupError(f"engine.model (--model, TELESUM_MODEL) {engine.model!r}: {exc}") from None
-        budgets = budgets_for(loaded_settings, model)
         summarizer = build_summarizer(engine, budgets, model, preprocessor=preprocessor)
     except BaseException:
         preprocessor.close()

@@ -88,11 +88,11 @@ class Engine:
     def __init__(self, runner: ModelRunner, dispatcher, slabs: SlabAllocator, *,
                  eos_ids: tuple[int, ...], max_context: int, chunk_tokens: int | None = None,
                  detokenize=None, seed: int = 0, prefix_reuse: PrefixReuse | None = None,
-                 max_decode_seqs: int | None = None, mixed_steps: bool = True) -> None:
+                 max_decode_seqs: int | None = None, mixed_steps: bool = False) -> None:
         """prefix_reuse: the shared-prefix cache (its region lies outside `slabs`); None = off.
         max_decode_seqs: sequences admitted to decode at once (the probe's measure); None = as the
-        KV arena allows. mixed_steps: a bin's prefill carries the decoding sequences' next tokens, a
-        large bin prefilled in parts while sequences decode (see scheduler.py); False: separate steps."""
+        KV arena allows. mixed_steps: a bin's prefill carries the decoding sequences' next tokens in
+        the same forward (see scheduler.py); False: separate steps."""
         self.runner = runner
         self.dispatcher = dispatcher
         self.prefix = prefix_reuse
@@ -102,7 +102,7 @@ class Engine:
         self.scheduler = Scheduler(slabs, eos_ids=eos_ids, detokenize=detokenize,
                                    chunk_tokens=chunk_tokens or dispatcher.token_budget,
                                    max_decode_seqs=max_decode_seqs, mixed_steps=mixed_steps,
-                                   split_bin=split_bin_at if mixed_steps else None)
+                                   split_bin=split_bin_at)
         self.generator = torch.Generator(device=runner.device).manual_seed(seed)
         self.outputs = OutputTape(slabs.capacity, runner.device)  # repetition-penalty histories
         self.finished: queue.SimpleQueue[Sequence] = queue.SimpleQueue()

@@ -1,10 +1,11 @@
 """Scheduler: decides what the next engine step does. Never touches tensors.
 
 Priority per step: prefill the oldest waiting bin when all its slabs fit (new work joins the
-decode batch early), carrying every decoding sequence's next token in the same forward (a mixed
-step), so decoding never stops for a prefill; a bin whose prefill would take longer than a step
-should is cut into parts prefilled one per step. Else one chunk of a long input, alternating with
-decode steps so active sequences keep moving; else one decode step over every active sequence.
+decode batch early); while sequences decode, a bin whose prefill would take longer than a step
+should is cut into parts prefilled one per step. With mixed steps on, that prefill also carries
+every decoding sequence's next token in the same forward (off by default: on an H200 it gained no
+latency and cost some at high load, docs/streaming.md). Else one chunk of a long input, alternating
+with decode steps so active sequences keep moving; else one decode step over every active sequence.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ class Scheduler:
 
     def __init__(self, slabs: SlabAllocator, *, eos_ids: tuple[int, ...], chunk_tokens: int,
                  detokenize: Callable[[list[int]], str] | None = None, max_decode_seqs: int | None = None,
-                 mixed_steps: bool = True, split_bin: BinSplitter | None = None) -> None:
+                 mixed_steps: bool = False, split_bin: BinSplitter | None = None) -> None:
         """max_decode_seqs: sequences admitted at once (decoding or being prefilled); a bin that would
         go past it waits for sequences to finish (one that exceeds it alone runs when nothing else does).
         mixed_steps: a bin's prefill carries the decoding sequences' next tokens (else separate steps).
