@@ -48,7 +48,7 @@ OVER_CAP_POLICIES = ("select", "dead_letter")
 # The engine asks the dispatcher for a bin whenever it can admit one, and an ask holds until served,
 # so the window's latency cap only bounds a bin nobody asked for. At 0.05 s the window packed small
 # bins every 50 ms while the engine held another; each then waited its turn and cost a prefill step
-# of its own (see scheduler.DECODE_TIME_PER_PREFILL).
+# of its own (see prefill_pacing.DECODE_TIME_PER_PREFILL).
 BIN_LATENCY_CAP_S = 0.5
 
 

@@ -4,7 +4,7 @@ prefilled in step-sized parts while sequences decode. Same tokens as the referen
 import pytest
 import torch
 
-from worker.engine import scheduler as scheduler_module
+from worker.engine import prefill_pacing
 from worker.engine.sequence import SamplingParams
 
 from tests.engine.helpers import make_engine, random_prompts, reference_greedy, run_until_done
@@ -82,8 +82,8 @@ def test_mixed_step_out_of_memory_runs_prefill_and_decode_apart_and_loses_nothin
 @pytest.mark.parametrize("mixed", [True, False], ids=["mixed", "separate"])
 def test_large_bin_prefilled_in_step_sized_parts_while_decoding(tiny_model, monkeypatch, mixed):
     # Every measured prompt token costs more than a step may take: parts of one sequence each.
-    monkeypatch.setattr(scheduler_module, "PREFILL_FIXED_COST_S", 0.0)
-    monkeypatch.setattr(scheduler_module, "STEP_TARGET_S", 1e-12)
+    monkeypatch.setattr(prefill_pacing, "PREFILL_FIXED_COST_S", 0.0)
+    monkeypatch.setattr(prefill_pacing, "STEP_TARGET_S", 1e-12)
     prompts = random_prompts(6, 6, 10, seed=55)
     engine = make_engine(tiny_model, token_budget=64, mixed_steps=mixed)
     calls = _record_prefills(engine)

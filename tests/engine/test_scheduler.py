@@ -1,7 +1,8 @@
 """Scheduler decisions without a model: bin admission, holding, chunk/decode alternation."""
 
 from worker.engine.kv_arena import SlabAllocator
-from worker.engine.scheduler import Decode, MixedStep, PrefillBin, PrefillChunk, Scheduler
+from worker.engine.plans import Decode, MixedStep, PrefillBin, PrefillChunk
+from worker.engine.scheduler import Scheduler
 from worker.engine.sequence import SamplingParams, Sequence
 
 
@@ -74,7 +75,7 @@ def test_scheduler_bin_of_half_the_budget_joins_decoding_at_once():
 
 
 def test_scheduler_paces_small_bins_on_the_fixed_part_of_a_long_prefill_only():
-    from worker.engine.scheduler import PREFILL_FIXED_COST_S
+    from worker.engine.prefill_pacing import PREFILL_FIXED_COST_S
 
     sched = Scheduler(SlabAllocator(400), eos_ids=(), chunk_tokens=64)
     sched.add_bin("bin-a", [_seq(0, 10, new=50)])
@@ -111,7 +112,7 @@ def test_scheduler_mixed_step_carries_every_decoding_sequence_and_they_advance_f
 
 
 def test_scheduler_cuts_a_large_bin_into_step_sized_parts_while_sequences_decode():
-    from worker.engine.scheduler import PREFILL_FIXED_COST_S, STEP_TARGET_S
+    from worker.engine.prefill_pacing import PREFILL_FIXED_COST_S, STEP_TARGET_S
 
     sched = Scheduler(SlabAllocator(10_000), eos_ids=(), chunk_tokens=2000, split_bin=_splitter, mixed_steps=True)
     sched.add_bin("bin-a", [_seq(0, 1000, new=50)])
@@ -137,7 +138,7 @@ def test_scheduler_cuts_a_large_bin_into_step_sized_parts_while_sequences_decode
 
 
 def test_scheduler_keeps_a_bin_whole_when_nothing_decodes():
-    from worker.engine.scheduler import PREFILL_FIXED_COST_S, STEP_TARGET_S
+    from worker.engine.prefill_pacing import PREFILL_FIXED_COST_S, STEP_TARGET_S
 
     sched = Scheduler(SlabAllocator(10_000), eos_ids=(), chunk_tokens=4096, split_bin=_splitter)
     sched.add_bin("bin-a", [_seq(0, 1000, new=1)])
@@ -150,7 +151,7 @@ def test_scheduler_keeps_a_bin_whole_when_nothing_decodes():
 
 
 def test_scheduler_step_size_ignores_one_slow_prefill():
-    from worker.engine.scheduler import PREFILL_FIXED_COST_S, STEP_TARGET_S
+    from worker.engine.prefill_pacing import PREFILL_FIXED_COST_S, STEP_TARGET_S
 
     sched = Scheduler(SlabAllocator(100_000), eos_ids=(), chunk_tokens=4096, split_bin=_splitter)
     seqs = [_seq(i, 1000, new=1) for i in range(4)]

@@ -10,25 +10,25 @@ come out of `finished`. An exception while running a step fails only that step's
 from __future__ import annotations
 
 import collections
-import dataclasses
 import itertools
 import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from worker.dispatch import Backpressure, DispatcherClosed, SequenceTooLong
-from worker.engine.bins import BinWork, split_bin, split_bin_at
+from worker.engine.bins import BinWork, split_bin_at
 from worker.engine.errors import ContextTooLong, EngineClosed, OutOfMemory
 from worker.engine.kv_arena import SlabAllocator
+from worker.engine.out_of_memory import OutOfMemoryRecovery, is_out_of_memory
+from worker.engine.plans import Decode, Fail, MixedStep, Plan, PrefillBin, PrefillChunk
 from worker.engine.prefix_reuse import PrefixReuse
 from worker.engine.runner import DecodeRows, ModelRunner
-from worker.engine.sampling import OutputTape, SamplingBatch
-from worker.engine.scheduler import Decode, Fail, MixedStep, Plan, PrefillBin, PrefillChunk, Scheduler
+from worker.engine.sampling import OutputTape, SamplingBatch, SamplingRows
+from worker.engine.scheduler import Scheduler
 from worker.engine.sequence import SamplingParams, Sequence
 from worker.engine.step_trace import StepTrace
 
@@ -38,48 +38,10 @@ log = logging.getLogger(__name__)
 # when idle, block a while (the wait releases the GIL) but wake often enough to see long inputs.
 BUSY_TIMEOUT_S = 0.0
 IDLE_TIMEOUT_S = 0.02
-MAX_DECODE_OOM_RETRIES = 3
 
 
 def _plan_kind(plan: Plan) -> str:
     return {PrefillBin: "prefill", PrefillChunk: "chunk", Decode: "decode", MixedStep: "mixed"}.get(type(plan), "fail")
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """The CUDA allocator's OutOfMemoryError, or an allocation failure that reached Python as a RuntimeError."""
-    if isinstance(exc, torch.cuda.OutOfMemoryError):
-        return True
-    text = str(exc)
-    return isinstance(exc, RuntimeError) and ("CUDA out of memory" in text or "CUBLAS_STATUS_ALLOC_FAILED" in text)
-
-
-@dataclass
-class _SamplingRows:
-    """Per-row sampling inputs of one step (numpy [B] each)."""
-
-    temperature: np.ndarray
-    top_p: np.ndarray
-    penalty: np.ndarray
-    output_start: np.ndarray  # tape row of each row's output token 0
-    out_len: np.ndarray       # tokens each row has generated so far
-
-    @classmethod
-    def of(cls, seqs: list[Sequence]) -> _SamplingRows:
-        return cls(np.array([s.params.temperature for s in seqs], np.float32),
-                   np.array([s.params.top_p for s in seqs], np.float32),
-                   np.array([s.params.repetition_penalty for s in seqs], np.float32),
-                   np.array([s.slab_start + s.prompt_len for s in seqs], np.int64),
-                   np.array([len(s.output) for s in seqs], np.int64))
-
-    @classmethod
-    def of_batch(cls, batch, part: slice = slice(None)) -> _SamplingRows:
-        """Rows `part` of a DecodeBatch."""
-        return cls(batch.temperature[part], batch.top_p[part], batch.penalty[part],
-                   batch.output_start[part], batch.out_len[part])
-
-    def followed_by(self, other: _SamplingRows) -> _SamplingRows:
-        return _SamplingRows(*(np.concatenate([getattr(self, f.name), getattr(other, f.name)])
-                               for f in dataclasses.fields(self)))
 
 
 class Engine:
@@ -117,8 +79,7 @@ class Engine:
         self._long_inbox: queue.SimpleQueue[Sequence] = queue.SimpleQueue()
         self._dispatcher_drained = False
         self._stop = threading.Event()
-        self._decode_ooms = 0  # consecutive decode steps that ran out of memory
-        self._decode_pass_rows: int | None = None  # rows per decode pass after an out-of-memory split
+        self.oom = OutOfMemoryRecovery(self.scheduler)
         self.trace: StepTrace | None = None  # per-step timestamps, when a benchmark asks for them
 
     # -- any thread -------------------------------------------------------------------------
@@ -298,7 +259,7 @@ class Engine:
             self.scheduler.fail(seqs, exc)
             self._emit(seqs)
             return
-        self._decode_ooms = 0
+        self.oom.step_ran()
         if self.prefix is not None:  # before postprocess may finish a sequence and free its slab
             if isinstance(plan, (PrefillBin, MixedStep)):
                 self._wake(self.prefix.remember(plan.prefill.seqs if isinstance(plan, MixedStep) else seqs))
@@ -307,44 +268,9 @@ class Engine:
         self._emit(self.scheduler.postprocess(plan, tokens))
 
     def _after_out_of_memory(self, plan: Plan, seqs: list[Sequence], exc: BaseException) -> None:
-        """Nothing is lost to an out-of-memory error: the step's work is retried in smaller pieces
-        (a bin one sequence at a time, a chunk at half its size); only a sequence that fails even
-        alone in the smallest chunk fails, with OutOfMemory. A decode step is split: its rows run in
-        passes of half as many (from then on), down to one row, which is retried a few times (memory
-        freed by finishing sequences may let it run) before its sequences fail."""
         if self.runner.device.type == "cuda":
             torch.cuda.empty_cache()
-        if isinstance(plan, MixedStep):  # the bin again, beside at most half as many decode rows from now on
-            self.scheduler.max_mixed_rows = len(plan.decode.seqs) // 2
-            self.scheduler.requeue_split(plan.prefill, [(plan.prefill.bin, plan.prefill.seqs)])
-            log.warning("a mixed step (a bin of %d sequences beside %d decoding) ran out of GPU memory; "
-                        "bins are prefilled beside at most %d decoding sequences from now on (else apart)",
-                        len(plan.prefill.seqs), len(plan.decode.seqs), self.scheduler.max_mixed_rows)
-            return
-        if isinstance(plan, Decode):
-            rows = min(self._decode_pass_rows or len(seqs), len(seqs))
-            if rows > 1:  # split: the same tokens in passes of half as many rows, and so on
-                self._decode_pass_rows = rows // 2
-                self.scheduler.max_mixed_rows = 0  # a mixed step would carry every row again
-                log.warning("decode step of %d sequences ran out of GPU memory; running it in passes of %d",
-                            len(seqs), self._decode_pass_rows)
-                return
-            self._decode_ooms += 1
-            if self._decode_ooms <= MAX_DECODE_OOM_RETRIES:
-                log.warning("decode step of %d sequences ran out of GPU memory one row at a time; retrying "
-                            "(%d/%d)", len(seqs), self._decode_ooms, MAX_DECODE_OOM_RETRIES)
-                return
-            failed = list(seqs)
-        elif isinstance(plan, PrefillBin) and len(seqs) > 1:
-            parts = split_bin(plan.bin, seqs)
-            self.scheduler.requeue_split(plan, parts)
-            log.warning("a bin of %d sequences ran out of GPU memory; retrying it as bins of %d and %d",
-                        len(seqs), len(parts[0][1]), len(parts[1][1]))
-            return
-        else:
-            failed = self.scheduler.retry_smaller(plan)
-            log.warning("%s of %d sequence(s) ran out of GPU memory; retrying in smaller pieces",
-                        type(plan).__name__, len(seqs))
+        failed = self.oom.recover(plan, seqs)
         if failed:
             error = OutOfMemory(f"the GPU ran out of memory for this sequence ({failed[0].prompt_len} prompt "
                                 f"tokens) even alone in the smallest chunks: {str(exc).splitlines()[0][:200]}")
@@ -361,19 +287,19 @@ class Engine:
                 work.device_bin, [s.slab_start for s in prefill.seqs], work.max_seqlen_q, work.max_seqlen_k,
                 [s.prefix_len for s in prefill.seqs],
                 decode=None if batch is None else DecodeRows(batch.last_token, batch.position, batch.slab_start))
-            rows = _SamplingRows.of(prefill.seqs)
+            rows = SamplingRows.of(prefill.seqs)
             if batch is not None:
-                rows = rows.followed_by(_SamplingRows.of_batch(batch))
+                rows = rows.followed_by(SamplingRows.of_batch(batch))
         elif isinstance(plan, PrefillChunk):
             logits = self.runner.prefill_chunk(plan.seq.prompt[plan.start:plan.end], plan.start,
                                                plan.seq.slab_start)
             if not plan.is_last:
                 return np.empty(0, np.int64)
-            rows = _SamplingRows.of(seqs)
+            rows = SamplingRows.of(seqs)
         else:
             assert isinstance(plan, Decode)
             batch = self.scheduler.decoding  # the plan's sequences, as arrays
-            size = len(batch) if self._decode_pass_rows is None else self._decode_pass_rows
+            size = self.oom.decode_pass_rows or len(batch)
             return np.concatenate([self._decode_pass(batch, slice(i, i + size)) for i in range(0, len(batch), size)])
         return self._sample(logits, rows)
 
@@ -381,9 +307,9 @@ class Engine:
         """Decode and sample rows `part` of the decode batch -> int64 tokens of those rows."""
         logits = self.runner.decode(batch.last_token[part], batch.position[part], batch.slab_start[part],
                                     batch.head_start[part], batch.head_len[part])
-        return self._sample(logits, _SamplingRows.of_batch(batch, part))
+        return self._sample(logits, SamplingRows.of_batch(batch, part))
 
-    def _sample(self, logits: torch.Tensor, rows: _SamplingRows) -> np.ndarray:
+    def _sample(self, logits: torch.Tensor, rows: SamplingRows) -> np.ndarray:
         penalised = bool((rows.penalty != 1.0).any())
         history = self.outputs.histories(rows.output_start, rows.out_len) if penalised else None
         batch = SamplingBatch(rows.temperature.tolist(), rows.top_p.tolist(), logits.device,

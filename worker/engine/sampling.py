@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from worker.engine.sequence import Sequence
 
 
 def sample(logits: torch.Tensor,        # float32 [B, V]
@@ -115,3 +123,32 @@ class SamplingBatch:
         if not self.any_sampling:
             return logits.argmax(dim=-1)
         return sample(logits, self.temperatures, self.top_ps, generator)
+
+
+@dataclass
+class SamplingRows:
+    """Per-row sampling inputs of one step (numpy [B] each), for prefilled sequences or decode rows."""
+
+    temperature: np.ndarray
+    top_p: np.ndarray
+    penalty: np.ndarray
+    output_start: np.ndarray  # tape row of each row's output token 0
+    out_len: np.ndarray       # tokens each row has generated so far
+
+    @classmethod
+    def of(cls, seqs: list[Sequence]) -> SamplingRows:
+        return cls(np.array([s.params.temperature for s in seqs], np.float32),
+                   np.array([s.params.top_p for s in seqs], np.float32),
+                   np.array([s.params.repetition_penalty for s in seqs], np.float32),
+                   np.array([s.slab_start + s.prompt_len for s in seqs], np.int64),
+                   np.array([len(s.output) for s in seqs], np.int64))
+
+    @classmethod
+    def of_batch(cls, batch, part: slice = slice(None)) -> SamplingRows:
+        """Rows `part` of a DecodeBatch."""
+        return cls(batch.temperature[part], batch.top_p[part], batch.penalty[part],
+                   batch.output_start[part], batch.out_len[part])
+
+    def followed_by(self, other: SamplingRows) -> SamplingRows:
+        return SamplingRows(*(np.concatenate([getattr(self, f.name), getattr(other, f.name)])
+                               for f in dataclasses.fields(self)))

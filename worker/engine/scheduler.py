@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,85 +20,21 @@ import numpy as np
 from worker.engine.decode_batch import DecodeBatch
 from worker.engine.errors import ArenaTooSmall
 from worker.engine.kv_arena import SlabAllocator
+from worker.engine.plans import Decode, Fail, MixedStep, Plan, PrefillBin, PrefillChunk
+from worker.engine.prefill_pacing import PrefillPacer
 from worker.engine.sequence import Sequence, SequenceStatus
 from worker.engine.stops import StopChecker
 
-
-@dataclass
-class PrefillBin:
-    """Prefill a whole packed bin in one pass. `bin` is opaque here (the engine's device bin)."""
-
-    bin: Any
-    seqs: list[Sequence]
-    is_part: bool = False  # a part of a larger bin cut to keep steps short
-
-
-@dataclass
-class PrefillChunk:
-    """Prefill prompt[start:end] of one long sequence, attending to the rows already on its slab."""
-
-    seq: Sequence
-    start: int
-    end: int
-
-    @property
-    def is_last(self) -> bool:
-        return self.end == self.seq.prompt_len
-
-
-@dataclass
-class Decode:
-    """One decode step: every active sequence advances one token."""
-
-    seqs: list[Sequence]
-
-
-@dataclass
-class MixedStep:
-    """One forward that prefills a bin and advances every decoding sequence one token."""
-
-    prefill: PrefillBin
-    decode: Decode
-
-    @property
-    def seqs(self) -> list[Sequence]:
-        return self.prefill.seqs + self.decode.seqs
-
-
-@dataclass
-class Fail:
-    """Sequences that can never run (e.g. larger than the whole arena)."""
-
-    seqs: list[Sequence]
-    error: BaseException
-
-
-Plan = PrefillBin | PrefillChunk | Decode | MixedStep | Fail
-
 # Out-of-memory retries halve a long input's chunk down to this many tokens before the sequence fails.
 MIN_OOM_CHUNK = 256
-# A prefill step has a fixed host cost whatever its bin holds (~35-40 ms for a bin of 1-4 prompts,
-# SmolLM2-135M shape on an H200, against 2-6 ms for a decode step of hundreds of sequences). Small
-# bins admitted as soon as they came starved decode: at 20 % load 355 prefill steps ran beside 200
-# decode steps in 15.7 s, so each token waited ~80 ms (bench/gpu_stream.py, 2026-12-01). While
-# sequences decode, a bin under half the token budget therefore waits until decode steps have run
-# this many times the last prefill's time, counting at most PREFILL_FIXED_COST_S of it (the part
-# that does not grow with the bin: a 7B model's prefill of 22 prompts took 270 ms, nearly all of it
-# GPU work that waiting does not save, and pacing on all of it held records for seconds at 80 %
-# load); meanwhile later arrivals pack into the next, fuller bin.
-DECODE_TIME_PER_PREFILL = 1.5
-PREFILL_FIXED_COST_S = 0.05
-# While sequences decode, a bin is prefilled in parts of at most as many prompt tokens as the last
-# prefills took STEP_TARGET_S for (beyond PREFILL_FIXED_COST_S), each part a mixed step: a decoding
-# sequence then waits about this long per token instead of a whole bin's prefill (a 7B model's bin
-# of 13 prompts: 172 ms). A small model's prefill is mostly fixed cost, so its bins stay whole.
-STEP_TARGET_S = 0.05
-# The per-token cost is the median of the last prefills': one slow step (the first of a new shape
-# compiles) must not cut the next bins into one-prompt steps.
-_COST_WINDOW = 9
 
 # (bin, its sequences, k) -> (bin of the first k sequences, bin of the rest); opaque bins, the engine's.
 BinSplitter = Callable[[Any, list[Sequence], int], tuple[Any, Any]]
+
+
+def _prompt_tokens(work: PrefillBin) -> int:
+    """Prompt tokens a bin's prefill computes (a cached head is not among them)."""
+    return sum(s.prompt_len - s.prefix_len for s in work.seqs)
 
 
 class Scheduler:
@@ -128,12 +63,10 @@ class Scheduler:
         self.prefilling: Sequence | None = None  # the long input being chunk-prefilled
         self.decoding = DecodeBatch()
         self._last_was_chunk = False
-        self._last_prefill_s = 0.0         # run time of the last bin's prefill step
-        self._decode_since_prefill_s = 0.0  # decode steps' run time since then
+        self.pacer = PrefillPacer()
         self.mixed_steps = mixed_steps
         self.max_mixed_rows: int | None = None  # decode rows a mixed step may carry (after out of memory)
         self._split_bin = split_bin
-        self._prefill_costs: deque[float] = deque(maxlen=_COST_WINDOW)  # s per prompt token beyond the fixed cost
 
     # -- intake -----------------------------------------------------------------------------
     def add_bin(self, bin: Any, seqs: list[Sequence]) -> None:
@@ -184,11 +117,9 @@ class Scheduler:
         if isinstance(plan, MixedStep):
             plan = plan.prefill
         if isinstance(plan, PrefillBin):
-            self._last_prefill_s, self._decode_since_prefill_s = seconds, 0.0
-            tokens = sum(s.prompt_len - s.prefix_len for s in plan.seqs)
-            self._prefill_costs.append(max(seconds - PREFILL_FIXED_COST_S, 0.0) / max(tokens, 1))
+            self.pacer.prefilled(seconds, _prompt_tokens(plan))
         elif isinstance(plan, Decode):
-            self._decode_since_prefill_s += seconds
+            self.pacer.decoded(seconds)
 
     def _may_mix(self) -> bool:
         return (self.mixed_steps and bool(self.decoding)
@@ -196,12 +127,7 @@ class Scheduler:
 
     def step_prompt_tokens(self) -> int | None:
         """Prompt tokens one step beside decoding may prefill (None: no bound, or not measured yet)."""
-        if self._split_bin is None or not self._prefill_costs:
-            return None
-        cost = float(np.median(self._prefill_costs))
-        if not cost:  # prefills cost no more than their fixed part: nothing to gain by cutting
-            return None
-        return max(1, round(STEP_TARGET_S / cost))
+        return None if self._split_bin is None else self.pacer.step_prompt_tokens()
 
     def _cut_to_step(self, work: PrefillBin) -> None:
         """While sequences decode, keep only the head of the oldest bin that fits one step; the rest
@@ -210,7 +136,7 @@ class Scheduler:
         if limit is None or len(work.seqs) < 2:
             return
         total, keep = 0, 0
-        for seq in work.seqs:
+        for seq in work.seqs:  # at least one sequence
             total += seq.prompt_len - seq.prefix_len
             if keep and total > limit:
                 break
@@ -226,10 +152,7 @@ class Scheduler:
         (the parts of a cut bin do not: it was large)."""
         if not self.decoding or work.is_part:
             return False
-        new_tokens = sum(s.prompt_len - s.prefix_len for s in work.seqs)
-        return (2 * new_tokens < self.chunk_tokens
-                and self._decode_since_prefill_s
-                < DECODE_TIME_PER_PREFILL * min(self._last_prefill_s, PREFILL_FIXED_COST_S))
+        return self.pacer.small_bin_waits(_prompt_tokens(work), self.chunk_tokens)
 
     def _decode_has_room(self, num_seqs: int) -> bool:
         active = len(self.decoding) + (self.prefilling is not None)

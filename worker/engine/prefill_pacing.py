@@ -1,0 +1,59 @@
+"""When a waiting bin is prefilled while sequences decode, and how much of it one step takes,
+from the measured run times of the steps before. Engine thread only."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+# A prefill step has a fixed host cost whatever its bin holds (~35-40 ms for a bin of 1-4 prompts,
+# SmolLM2-135M shape on an H200, against 2-6 ms for a decode step of hundreds of sequences). Small
+# bins admitted as soon as they came starved decode: at 20 % load 355 prefill steps ran beside 200
+# decode steps in 15.7 s, so each token waited ~80 ms (bench/gpu_stream.py, 2026-12-01). While
+# sequences decode, a bin under half the token budget therefore waits until decode steps have run
+# this many times the last prefill's time, counting at most PREFILL_FIXED_COST_S of it (the part
+# that does not grow with the bin: a 7B model's prefill of 22 prompts took 270 ms, nearly all of it
+# GPU work that waiting does not save, and pacing on all of it held records for seconds at 80 %
+# load); meanwhile later arrivals pack into the next, fuller bin.
+DECODE_TIME_PER_PREFILL = 1.5
+PREFILL_FIXED_COST_S = 0.05
+# While sequences decode, a bin is prefilled in parts of at most as many prompt tokens as the last
+# prefills took STEP_TARGET_S for (beyond PREFILL_FIXED_COST_S), each part its own step: a decoding
+# sequence then waits about this long per token instead of a whole bin's prefill (a 7B model's bin
+# of 13 prompts: 172 ms). A small model's prefill is mostly fixed cost, so its bins stay whole.
+STEP_TARGET_S = 0.05
+# The per-token cost is the median of the last prefills': one slow step (the first of a new shape
+# compiles) must not cut the next bins into one-prompt steps.
+_COST_WINDOW = 9
+
+
+class PrefillPacer:
+    """Run times of past steps -> pacing of small bins and the prompt tokens one step may prefill."""
+
+    def __init__(self) -> None:
+        self._last_prefill_s = 0.0          # run time of the last bin's prefill step
+        self._decode_since_prefill_s = 0.0  # decode steps' run time since then
+        self._costs: deque[float] = deque(maxlen=_COST_WINDOW)  # s per prompt token beyond the fixed cost
+
+    def prefilled(self, seconds: float, prompt_tokens: int) -> None:
+        """A bin's prefill step (alone or with decode rows) ran for `seconds`."""
+        self._last_prefill_s, self._decode_since_prefill_s = seconds, 0.0
+        self._costs.append(max(seconds - PREFILL_FIXED_COST_S, 0.0) / max(prompt_tokens, 1))
+
+    def decoded(self, seconds: float) -> None:
+        self._decode_since_prefill_s += seconds
+
+    def small_bin_waits(self, prompt_tokens: int, token_budget: int) -> bool:
+        """While sequences decode: a bin under half the budget waits for decoding's share."""
+        return (2 * prompt_tokens < token_budget
+                and self._decode_since_prefill_s
+                < DECODE_TIME_PER_PREFILL * min(self._last_prefill_s, PREFILL_FIXED_COST_S))
+
+    def step_prompt_tokens(self) -> int | None:
+        """Prompt tokens one step beside decoding may prefill; None before any prefill was measured
+        or when prefills cost no more than their fixed part (nothing to gain by cutting)."""
+        if not self._costs:
+            return None
+        cost = float(np.median(self._costs))
+        return max(1, round(STEP_TARGET_S / cost)) if cost else None
