@@ -115,7 +115,6 @@ def test_produce_stdout_output_writes_json_lines(capfdbinary):
 @pytest.mark.parametrize("overrides, message", [
     ({}, "exactly one"),
     ({"output": "x", "topic": "t"}, "exactly one"),
-    ({"topic": "t", "bootstrap_servers": None}, "bootstrap"),
     ({"output": "-", "count": -1}, "--count"),
     ({"output": "-", "kinds": "ves,bogus"}, "bogus"),
 ])
@@ -150,7 +149,7 @@ class _FakeProducer:
 
 def test_produce_kafka_keys_are_record_ids_and_flushed(monkeypatch):
     fake = _FakeProducer()
-    monkeypatch.setattr(produce, "make_producer", lambda servers, compression: fake)
+    monkeypatch.setattr(produce, "make_producer", lambda config, compression: fake)
     assert produce.run(_args(count=5, topic="telemetry", bootstrap_servers="b:9092")) == 0
     assert fake.flushed and fake.closed
     for (topic, key, value, headers), (record, _) in zip(fake.sent, generate(5, "mixed", 0), strict=True):
@@ -160,7 +159,7 @@ def test_produce_kafka_keys_are_record_ids_and_flushed(monkeypatch):
 
 
 def test_produce_kafka_unacknowledged_records_exit_1(monkeypatch):
-    monkeypatch.setattr(produce, "make_producer", lambda servers, compression: _FakeProducer(fail_every=2))
+    monkeypatch.setattr(produce, "make_producer", lambda config, compression: _FakeProducer(fail_every=2))
     assert produce.run(_args(count=4, topic="t", bootstrap_servers="b:9092")) == 1
 
 
@@ -208,3 +207,24 @@ def test_produce_real_profile_to_file(tmp_path):
     records = [decode_envelope(line) for line in out.read_bytes().splitlines()]
     truths = [msgspec.json.decode(line) for line in truth.read_bytes().splitlines()]
     assert [r.id for r in records] == [t["id"] for t in truths] and len(records) == 6
+
+
+def test_produce_reaches_the_broker_with_the_workers_kafka_security_settings(monkeypatch):
+    env = {"KAFKA_BOOTSTRAP_SERVERS": "broker:9093", "KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+           "KAFKA_SASL_MECHANISM": "SCRAM-SHA-512", "KAFKA_SASL_USERNAME": "ops", "KAFKA_SASL_PASSWORD": "s3cret",
+           "KAFKA_SSL_CAFILE": "/etc/ca.pem"}
+    config = produce.client_config(_args(topic="t"), env)
+    assert config["bootstrap_servers"] == ["broker:9093"] and config["security_protocol"] == "SASL_SSL"
+    assert (config["sasl_mechanism"], config["sasl_plain_username"], config["sasl_plain_password"]) == (
+        "SCRAM-SHA-512", "ops", "s3cret")
+    assert config["ssl_cafile"] == "/etc/ca.pem" and config["client_id"] == "telesum-produce"
+    assert produce.client_config(_args(topic="t", bootstrap_servers="a:1,b:2"), env)["bootstrap_servers"] == [
+        "a:1", "b:2"]  # the flag over the setting
+
+
+def test_produce_bad_kafka_setting_exits_2_naming_it(monkeypatch, capsys):
+    monkeypatch.setenv("KAFKA_SECURITY_PROTOCOL", "SASL_SSL")  # without a mechanism
+    monkeypatch.delenv("KAFKA_SASL_MECHANISM", raising=False)
+    monkeypatch.setattr(produce, "make_producer", lambda config, compression: _FakeProducer())
+    assert produce.run(_args(count=1, topic="t")) == 2
+    assert "KAFKA_SASL_MECHANISM" in capsys.readouterr().err

@@ -151,7 +151,7 @@ def measure(args: argparse.Namespace, bootstrap: str) -> dict:
     reader = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
     reader.assign([TopicPartition(out, 0), TopicPartition(dlq, 0)])
     reader.seek_to_beginning()
-    producer = make_producer(bootstrap, "none")
+    producer = make_producer({"bootstrap_servers": bootstrap.split(","), "client_id": "telesum-bench"}, "none")
     try:
         t = time.perf_counter()
         loop.start()

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import time
 from collections.abc import Iterable
+from typing import Any
 
 import msgspec
 
 from worker.commands.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SETTINGS
 from worker.messages import Facts, TelemetryRecord
 from worker.commands.samples import KINDS, PROFILES, REAL_PROFILES, iter_generate
+from worker.settings.fields import SettingsError
+from worker.settings.load import load_settings
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", help="JSON Lines file to write, '-' for stdout")
     parser.add_argument("--truth", help="also write each record's ground-truth facts (JSON Lines: id, facts)")
     parser.add_argument("--topic", help="Kafka topic to produce to (instead of --output)")
-    parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
-                        help="Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP_SERVERS)")
+    parser.add_argument("--bootstrap-servers", default=None,
+                        help="Kafka bootstrap servers (default: the kafka.bootstrap_servers setting; the broker's "
+                             "security comes from the worker's [kafka] settings too)")
     parser.add_argument("--compression", choices=("none", "gzip"), default="none",
                         help="Kafka producer compression (only gzip needs no extra package)")
 
@@ -49,8 +52,6 @@ def _validate(args: argparse.Namespace) -> tuple[str, ...]:
         raise ValueError(f"--rate must be >= 0, got {args.rate}")
     if (args.output is None) == (args.topic is None):
         raise ValueError("give exactly one of --output/-o (a file or '-') and --topic")
-    if args.topic is not None and not args.bootstrap_servers:
-        raise ValueError("--topic needs --bootstrap-servers or $KAFKA_BOOTSTRAP_SERVERS")
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
     unknown = [k for k in kinds if k not in KINDS]
     if unknown or not kinds:
@@ -72,23 +73,38 @@ def paced(items: Iterable, rate: float) -> Iterable:
         yield item
 
 
-def make_producer(bootstrap_servers: str, compression: str):
-    """A kafka-python producer: acks from all in-sync replicas, idempotent, records up to ~4 MB."""
+def client_config(args: argparse.Namespace, env=None) -> dict[str, Any]:
+    """kafka-python client settings: the worker's `[kafka]` broker and security settings (environment,
+    config file, defaults), --bootstrap-servers over them. Raises SettingsError naming a bad setting."""
+    config = load_settings(None, env, sections=()).settings.kafka.security_config
+    if args.bootstrap_servers:
+        config["bootstrap_servers"] = args.bootstrap_servers.split(",")
+    config["client_id"] = "telesum-produce"
+    return config
+
+
+def make_producer(config: dict[str, Any], compression: str):
+    """A kafka-python producer with `config` (client_config's): acks from all in-sync replicas,
+    idempotent, records up to ~4 MB."""
     from kafka import KafkaProducer
 
     return KafkaProducer(
-        bootstrap_servers=bootstrap_servers.split(","),
+        **config,
         acks="all",
         enable_idempotence=True,
         compression_type=None if compression == "none" else compression,
         max_request_size=4 * 1024 * 1024,  # the oam profile's longest records are ~300 KB
         linger_ms=5,
-        client_id="telesum-produce",
     )
 
 
 def _to_kafka(pairs: Iterable[tuple[TelemetryRecord, Facts]], args: argparse.Namespace) -> int:
-    producer = make_producer(args.bootstrap_servers, args.compression)
+    try:
+        config = client_config(args)
+    except SettingsError as exc:
+        print(f"telesum produce: error: {exc}", file=sys.stderr)
+        return EXIT_SETTINGS
+    producer = make_producer(config, args.compression)
     futures = []
     try:
         for record, _facts in pairs:
