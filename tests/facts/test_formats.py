@@ -280,3 +280,12 @@ def test_stack_trace_frames_continue_their_line_and_keep_a_text_record_a_log_win
     f = _facts("text", "\n".join([head[0], *trace, head[1]]), attributes={"host": "collector-4"})
     assert (f.entity, f.severity, f.event_count) == ("collector-4", "major", 2)
     assert f.problem.startswith("flush failed") and f.details["unparsedLines"] == "1"  # the exception's own line
+
+
+def test_free_text_takes_the_element_from_the_records_host_attribute_over_a_host_like_word():
+    body = ("disk /var nearly full on backup-srv-2 (94 %)\n"
+            "ERROR replication to db-replica-7.example.net failed: timeout after 30 s")
+    guessed = _facts("text", body)
+    labelled = _facts("text", body, attributes={"hostname": "edge-gw-12"})
+    assert guessed.entity == "db-replica-7"  # the guess: a host-like word in the worst line
+    assert labelled.entity == "edge-gw-12" and labelled.problem == guessed.problem

@@ -21,9 +21,13 @@ __all__ = ["SEVERITIES", "extract_facts"]
 HOST_ATTRIBUTES = ("host", "hostname", "element", "node", "sourceName")
 
 
+def _attribute_host(record: TelemetryRecord) -> str | None:
+    return next((record.attributes[k] for k in HOST_ATTRIBUTES if record.attributes.get(k)), None)
+
+
 def _fallback(record: TelemetryRecord, error: str) -> Facts:
     try:
-        facts = text.parse(record.body_text())
+        facts = text.parse(record.body_text(), _attribute_host(record))
     except Exception as exc:  # noqa: BLE001 - extract_facts must never raise
         facts = Facts(facts_error=f"text extractor failed: {type(exc).__name__}: {exc}")
     return with_error(facts, error)
@@ -66,7 +70,7 @@ def _by_kind(record: TelemetryRecord) -> Facts:
     facts = _logs(record, body)  # free text is often a log file
     if facts is not None and int(facts.details.get("unparsedLines", 0)) <= facts.event_count:
         return facts
-    return text.parse(body)
+    return text.parse(body, _attribute_host(record))
 
 
 def extract_facts(record: TelemetryRecord) -> Facts:
@@ -76,7 +80,7 @@ def extract_facts(record: TelemetryRecord) -> Facts:
     except Exception as exc:  # noqa: BLE001 - a parser bug must not lose the record
         facts = _fallback(record, f"{record.kind} parser failed: {type(exc).__name__}: {exc}")
     if facts.entity is None:
-        host = next((record.attributes[k] for k in HOST_ATTRIBUTES if record.attributes.get(k)), None)
+        host = _attribute_host(record)
         if host:
             facts = msgspec.structs.replace(facts, entity=host)
     if facts.first_seen is None and record.timestamp:

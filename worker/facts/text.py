@@ -38,13 +38,15 @@ def _hosts(line: str) -> list[str]:
     return keyed or [h for h in HOST.findall(line) if not h[:1].isdigit() or h.count(".") == 3]
 
 
-def parse(text: str) -> Facts:
-    """Facts from any text. The problem is the first line of the worst severity seen."""
+def parse(text: str, host: str | None = None) -> Facts:
+    """Facts from any text. The problem is the first line of the worst severity seen. host: the element
+    the record's own attributes name (a collector's label); without it the entity is a guess from
+    host-like words in the text."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     severities = [line_severity(line) for line in lines]
     worst = worst_severity(severities) or "info"
     problem_lines = [line for line, s in zip(lines, severities) if s == worst] if worst != "info" else []
-    entity = most_common(h for line in problem_lines for h in _hosts(line)) or most_common(
+    entity = host or most_common(h for line in problem_lines for h in _hosts(line)) or most_common(
         h for line in lines for h in _hosts(line))
     first, last = time_span(lines)
     errors = list(dict.fromkeys(w.lower() for w in ERROR_WORDS.findall(text)))
