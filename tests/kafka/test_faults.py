@@ -45,3 +45,21 @@ def test_faults_log_line_windows_exactly_once_through_sigkills_and_rebalance(kaf
     assert len(report["faults"]) == 4 and report["native_aborts"] == 0
     drained = [c for c in report["exit_codes"] if c != -signal.SIGKILL]
     assert drained and all(c == 0 for c in drained), report["exit_codes"]
+
+
+def test_sigterm_during_the_harness_runs_its_cleanup_and_restores_the_handler():
+    import os
+
+    from worker.benchmarks.faults import sigterm_exits
+
+    before = signal.getsignal(signal.SIGTERM)
+    cleaned = []
+    with pytest.raises(SystemExit) as exited:
+        with sigterm_exits():
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)  # the handler runs before the next line
+                cleaned.append(False)
+            finally:
+                cleaned.append(True)  # where the harness stops its broker
+    assert exited.value.code == 128 + signal.SIGTERM and cleaned == [True]  # no False: it exited at once
+    assert signal.getsignal(signal.SIGTERM) is before

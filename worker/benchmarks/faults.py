@@ -21,8 +21,10 @@ This module is the command; a scenario runs in `faults_scenario` (its plan and f
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -54,11 +56,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, help="write the JSON report here too")
 
 
+@contextlib.contextmanager
+def sigterm_exits():
+    """SIGTERM raises SystemExit while inside, so `finally` blocks run (the harness's broker and
+    workers are stopped); Python's default would end the process without them."""
+    def exit_now(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, exit_now)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run(args: argparse.Namespace) -> int:
     """Start a broker of the harness's own, run the scenarios, print the report; 0 when nothing is
     missing (and, exactly-once, nothing duplicated)."""
     from worker.benchmarks.local_broker import kafka_sh
 
+    with sigterm_exits():
+        return _run(args, kafka_sh)
+
+
+def _run(args: argparse.Namespace, kafka_sh) -> int:
     work = Path(tempfile.mkdtemp(prefix="telesum-faults-"))
     state = work / "broker"
     kafka_sh("start", args.broker_port, state)
