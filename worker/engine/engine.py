@@ -201,13 +201,8 @@ class Engine:
         ids = packed.seq_ids.tolist()
         with self._lock:
             seqs = [self._seqs[i] for i in ids]
-        spans = [b - a for a, b in zip(cu, cu[1:])]
-        # After a cached head, each sequence sees its head and its whole span (pads included).
-        max_k = max(lens) if not any(s.prefix_len for s in seqs) else max(
-            s.prefix_len + span for s, span in zip(seqs, spans))
-        work = BinWork(None, max(spans), max_k, cu, lens)
-        work.device_bin = self.dispatcher.to_device(packed, self.runner.device)
-        self.scheduler.add_bin(work, seqs)
+        device_bin = self.dispatcher.to_device(packed, self.runner.device)  # hands the slot back: read it before
+        self.scheduler.add_bin(BinWork.of(device_bin, cu, lens, seqs), seqs)
 
     def _queue_woken(self) -> None:
         """Queue parked sequences whose heads are now cached, in the order they woke; the rest wait

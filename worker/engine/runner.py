@@ -75,7 +75,10 @@ class ModelRunner:
         last_index = bin.last_token_index.long()               # [B]
         num_tokens = input_ids.shape[0]
         from_zero = (not prefix_lens or not any(prefix_lens)) and decode is None
-        starts, offsets = self._upload(slab_starts, prefix_lens or [0] * len(slab_starts))
+        decode_rows = ([], [], []) if decode is None else (
+            decode.tokens.tolist(), decode.positions.tolist(), decode.slab_starts.tolist())
+        starts, offsets, ids, pos, dec_starts = self._upload(  # one copy for the bin's and the decode rows' ints
+            slab_starts, prefix_lens or [0] * len(slab_starts), *decode_rows)
         spans = cu_seqlens[1:] - cu_seqlens[:-1]               # [B]
         seg = torch.repeat_interleave(torch.arange(spans.shape[0], device=self.device), spans,
                                       output_size=num_tokens)  # [T] sequence index of each token
@@ -87,16 +90,14 @@ class ModelRunner:
         seqused_k = seq_lens if from_zero else (offsets + spans).to(torch.int32)
         if decode is not None:  # each decoding sequence: a span of one token at its position
             num_rows = len(decode.tokens)
-            ids, pos, dec_starts = self._upload(decode.tokens.tolist(), decode.positions.tolist(),
-                                                decode.slab_starts.tolist())
             input_ids = torch.cat([input_ids, ids])
             position_ids = torch.cat([position_ids, pos])
             slot_mapping = torch.cat([slot_mapping, dec_starts + pos])
-            rows = torch.arange(1, num_rows + 1, device=self.device, dtype=torch.int32)
-            cu_seqlens = torch.cat([cu_seqlens, num_tokens + rows])
+            ones = torch.arange(1, num_rows + 1, device=self.device, dtype=torch.int32)
+            cu_seqlens = torch.cat([cu_seqlens, num_tokens + ones])
             starts = torch.cat([starts, dec_starts])
             seqused_k = torch.cat([seqused_k, (pos + 1).to(torch.int32)])
-            last_index = torch.cat([last_index, num_tokens - 1 + rows.long()])
+            last_index = torch.cat([last_index, num_tokens - 1 + ones.long()])
             max_seqlen_k = max(max_seqlen_k, int(decode.positions.max()) + 1)
         attn = AttentionMetadata(
             cu_seqlens_q=cu_seqlens, max_seqlen_q=max_seqlen_q,

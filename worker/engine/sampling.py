@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-
 from typing import TYPE_CHECKING
 
 import numpy as np

@@ -198,13 +198,11 @@ def tape_attention(q, k_tape, v_tape, meta: AttentionMetadata, scale: float) -> 
     cu_k = meta.cu_seqlens_k
     if cu_k is None:
         cu_k = tape_cu_seqlens_k(meta.slab_starts, k_tape.shape[0])  # [B+1]
-    if not _triton_decode_ok(q):
-        return _fa2_tape(q, k_tape, v_tape, meta.cu_seqlens_q, cu_k, meta.max_seqlen_q, meta.max_seqlen_k,
-                         meta.seqused_k, scale)
-    if meta.max_seqlen_q == 1 and q.shape[0] == meta.num_seqs:
+    decode_kernel = _triton_decode_ok(q)
+    if decode_kernel and meta.max_seqlen_q == 1 and q.shape[0] == meta.num_seqs:
         return _decode_kernel(q, k_tape, v_tape, meta.slab_starts, meta.seqused_k, scale,
                               meta.head_starts, meta.head_lens)
-    rows = meta.num_decode_rows
+    rows = meta.num_decode_rows if decode_kernel else 0
     if not rows:
         return _fa2_tape(q, k_tape, v_tape, meta.cu_seqlens_q, cu_k, meta.max_seqlen_q, meta.max_seqlen_k,
                          meta.seqused_k, scale)
