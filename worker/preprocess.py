@@ -117,7 +117,7 @@ class Preprocessor:
     """`submit(record)` -> Future of `Prepared`. Thread-safe.
 
     The pool's processes are spawned by the constructor, not at the first record: each takes seconds
-    to import and unpickle its tokenizer, which the start-up sequence overlaps with the model load."""
+    to import and unpickle its tokenizer, which the start-up sequence overlaps with the engine's warm-up."""
 
     def __init__(self, tokenizer, workers: int = 0) -> None:
         if workers < 0:

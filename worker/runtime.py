@@ -78,7 +78,7 @@ def start_preprocessor(tokenizer, engine: EngineSettings):
     waiting = set(pool.started)
     lock = threading.Lock()  # protects waiting (the callbacks run on the pool's manager thread)
 
-    def up(future) -> None:  # not a phase: it runs beside the model load
+    def up(future) -> None:  # not a phase: it runs beside the engine's warm-up
         with lock:
             waiting.discard(future)
             if waiting:

@@ -30,6 +30,7 @@ from worker.engine.warmup import capture_decode_graphs, run_first_step
 from worker.in_order import results_in_order, summarize_all
 from worker.long_records import WAKE, LongRecords, MergeDue
 from worker.messages import Facts, Summary, TelemetryRecord
+from worker.ops.logs import log_startup_phase
 from worker.preprocess import Prepared, Preprocessor, default_workers, tokenize_messages
 from worker.prompts import approx_tokens
 from worker.prompts.sampling import default_sampling
@@ -66,7 +67,7 @@ class Summarizer:
         """max_record_tokens / over_cap: the per-record work cap and what happens beyond it ('select'
         a stated part, or 'dead_letter' as RecordTooLong). preprocess_workers: processes preparing
         records (facts, prompt, tokens); None = a default for the device (see worker.preprocess).
-        preprocessor: one already started (its processes spawned during the model load), used
+        preprocessor: one already started (its processes spawning while the engine warms up), used
         instead of a new one and closed with the summarizer.
         max_pending_records: records accepted but not yet handed to the engine, beyond which `submit`
         raises Backpressure. prefix_cache: keep the KV of prompt heads in a region at the end of the
@@ -143,12 +144,18 @@ class Summarizer:
         `start` reports it when a step can run."""
         # A bin is admitted whole when nothing decodes, so a decode batch may reach a bin's sequences
         # too; a bucket missed here is still captured when first needed.
-        capture_decode_graphs(self.runner.decode_step, self.max_decode_seqs and max(self.max_decode_seqs,
-                                                                                     self.max_seqs_per_bin))
+        started = time.perf_counter()
+        largest = capture_decode_graphs(self.runner.decode_step, self.max_decode_seqs and max(
+            self.max_decode_seqs, self.max_seqs_per_bin))
+        if largest is not None:
+            log_startup_phase(f"decode graphs captured (batch buckets up to {largest})", started, log)
         self.dispatcher.start()
         self._thread = threading.Thread(target=self.engine.run, name="telesum-gpu-loop", daemon=True)
         self._thread.start()
-        first = run_first_step(self.engine, self.loaded.config.vocab_size, first_step_timeout_s)
+        started = time.perf_counter()
+        first, ok = run_first_step(self.engine, self.loaded.config.vocab_size, first_step_timeout_s)
+        if ok:
+            log_startup_phase("first engine step (prefill compilation)", started, log)
         if self.prefix is not None:  # the warm-up prompt is no record's
             self.prefix.uncount_lookup(first.prompt_len)
         self._feeder = threading.Thread(target=self._feed, name="telesum-feeder", daemon=True)

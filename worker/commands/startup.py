@@ -7,6 +7,8 @@ command turns into a logged message and `EXIT_SETTINGS`, never a traceback.
 from __future__ import annotations
 
 import argparse
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,11 +17,23 @@ from worker.settings.budgets import Budgets
 from worker.settings.fields import SettingsError
 from worker.settings.load import LoadedSettings, load_settings
 
+log = logging.getLogger(__name__)
+
 
 class StartupError(Exception):
     """Start-up stopped on an operator's mistake; the message names it."""
 
     exit_code = EXIT_SETTINGS
+
+
+def exit_code_of(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """`command(args)`'s exit code; a StartupError is logged as its message (an operator's mistake:
+    no traceback) and exits with its code."""
+    try:
+        return command(args)
+    except StartupError as exc:
+        log.error("%s", exc)
+        return exc.exit_code
 
 
 def read_settings(args: argparse.Namespace, sections: tuple[str, ...] | None = None) -> LoadedSettings:

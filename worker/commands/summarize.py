@@ -17,7 +17,7 @@ from pathlib import Path
 import msgspec
 
 from worker.commands.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SETTINGS
-from worker.commands.startup import StartupError, read_settings, start_summarizer
+from worker.commands.startup import exit_code_of, read_settings, start_summarizer
 from worker.inputs.envelope import decode_envelope
 from worker.messages import InvalidRecord, ReasonCode, TelemetryRecord, failure_reason
 from worker.settings.load import add_arguments as add_setting_arguments
@@ -107,11 +107,7 @@ def count_lines(path: Path) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        return _summarize(args)
-    except StartupError as exc:  # an operator's mistake: the message, not a traceback
-        log.error("%s", exc)
-        return exc.exit_code
+    return exit_code_of(_summarize, args)
 
 
 def _summarize(args: argparse.Namespace) -> int:

@@ -17,7 +17,7 @@ import threading
 from worker.commands import supervisor
 from worker.commands.exit_codes import (EXIT_DEADLINE, EXIT_DRAINED, EXIT_FENCED, EXIT_MISSING_CODEC,
                                         EXIT_SETTINGS, EXIT_UNDECODABLE)
-from worker.commands.startup import StartupError, read_settings, start_summarizer
+from worker.commands.startup import exit_code_of, read_settings, start_summarizer
 from worker.kafka.codecs import MissingCodecError, check_codecs
 from worker.kafka.undecodable import UndecodableBatch
 from worker.metrics import WorkerMetrics, gpu_label
@@ -93,11 +93,7 @@ def _device_label(engine) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        return _serve(args)
-    except StartupError as exc:  # an operator's mistake: the message, not a traceback
-        log.error("%s", exc)
-        return exc.exit_code
+    return exit_code_of(_serve, args)
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -19,10 +19,15 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 @contextlib.contextmanager
 def startup_phase(name: str, logger: logging.Logger | None = None) -> Iterator[None]:
-    """Logs how long one start-up phase took ("start-up: model loaded in 8.1 s"), with the phase and
-    its seconds as fields of a JSON line; `bench/gpu_stream.py` reads these lines."""
+    """Logs how long one start-up phase took (see log_startup_phase) when it ends without an error."""
     started = time.perf_counter()
     yield
+    log_startup_phase(name, started, logger)
+
+
+def log_startup_phase(name: str, started: float, logger: logging.Logger | None = None) -> None:
+    """"start-up: model loaded in 8.1 s" since `started` (perf_counter), with the phase and its seconds
+    as fields of a JSON line; `bench/gpu_stream.py` reads these lines."""
     seconds = time.perf_counter() - started
     (logger or logging.getLogger(__name__)).info(
         "start-up: %s in %.1f s", name, seconds, extra={"startup_phase": name, "seconds": round(seconds, 3)})
