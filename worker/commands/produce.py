@@ -76,9 +76,7 @@ def paced(items: Iterable, rate: float) -> Iterable:
 def client_config(args: argparse.Namespace, env=None) -> dict[str, Any]:
     """kafka-python client settings: the worker's `[kafka]` broker and security settings (environment,
     config file, defaults), --bootstrap-servers over them. Raises SettingsError naming a bad setting."""
-    config = load_settings(None, env, sections=()).settings.kafka.security_config
-    if args.bootstrap_servers:
-        config["bootstrap_servers"] = args.bootstrap_servers.split(",")
+    config = load_settings(None, env, sections=()).settings.kafka.client_config(args.bootstrap_servers)
     config["client_id"] = "telesum-produce"
     return config
 

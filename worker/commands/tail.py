@@ -60,10 +60,8 @@ def consumer_config(args: argparse.Namespace, env=None) -> tuple[str, str, dict[
     """(summary topic, dead-letter topic, kafka-python client settings): the flags over the
     `[kafka]` settings. Raises SettingsError naming a bad setting."""
     kafka = load_settings(None, env, sections=()).settings.kafka
-    config = kafka.security_config
-    if args.bootstrap_servers:
-        config["bootstrap_servers"] = args.bootstrap_servers.split(",")
-    return args.topic or kafka.output_topic, args.dlq_topic or kafka.dlq_topic, config
+    return (args.topic or kafka.output_topic, args.dlq_topic or kafka.dlq_topic,
+            kafka.client_config(args.bootstrap_servers))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -137,6 +137,13 @@ class KafkaSettings(MaskedRepr, msgspec.Struct, frozen=True, kw_only=True, forbi
             cfg["ssl_check_hostname"] = self.ssl_check_hostname
         return cfg
 
+    def client_config(self, bootstrap_servers: str | None = None) -> dict[str, Any]:
+        """security_config, with a command's --bootstrap-servers (comma-separated) over the setting."""
+        cfg = self.security_config
+        if bootstrap_servers:
+            cfg["bootstrap_servers"] = bootstrap_servers.split(",")
+        return cfg
+
     @property
     def exactly_once(self) -> bool:
         return self.processing_guarantee == "exactly-once"
