@@ -10,8 +10,11 @@ from __future__ import annotations
 import concurrent.futures
 import multiprocessing
 import os
+import pickle
+import tempfile
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -88,13 +91,18 @@ def prepare(record: TelemetryRecord, tokenizer, head_tokenizer: HeadTokenizer | 
     return Prepared(facts, np.asarray(ids, dtype=np.int32))
 
 
-_worker_heads: HeadTokenizer | None = None  # set in each pool process by _init_worker
+# Set in each pool process by _init_worker.
+_worker_heads: HeadTokenizer | None = None
+_all_started: threading.Barrier | None = None  # a multiprocessing Barrier of the pool's processes
+
+_START_WAIT_S = 600  # a process that has not started by then is not coming (its pool fails)
 
 
-def _init_worker(tokenizer) -> None:
-    global _worker_heads
+def _init_worker(tokenizer_file: str, all_started) -> None:
+    global _worker_heads, _all_started
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one process, one core
-    _worker_heads = HeadTokenizer(tokenizer)
+    _worker_heads = HeadTokenizer(pickle.loads(Path(tokenizer_file).read_bytes()))
+    _all_started = all_started
 
 
 def _prepare_in_worker(record: TelemetryRecord) -> Prepared:
@@ -102,6 +110,8 @@ def _prepare_in_worker(record: TelemetryRecord) -> Prepared:
 
 
 def _started() -> int:
+    """This process's pid once every process of the pool has started: each runs exactly one."""
+    _all_started.wait(_START_WAIT_S)
     return os.getpid()
 
 
@@ -117,7 +127,8 @@ class Preprocessor:
     """`submit(record)` -> Future of `Prepared`. Thread-safe.
 
     The pool's processes are spawned by the constructor, not at the first record: each takes seconds
-    to import and unpickle its tokenizer, which the start-up sequence overlaps with the engine's warm-up."""
+    to import and unpickle its tokenizer, which the start-up sequence overlaps with loading the model
+    and the engine's warm-up. The constructor itself returns in milliseconds (tested)."""
 
     def __init__(self, tokenizer, workers: int = 0) -> None:
         if workers < 0:
@@ -127,12 +138,21 @@ class Preprocessor:
         self._heads = HeadTokenizer(tokenizer)
         self._heads_lock = threading.Lock()  # protects _heads (in-thread preparation)
         self._pool = None
-        self.started: list[concurrent.futures.Future] = []  # of each worker's pid, once it is up
+        self._tokenizer_dir: tempfile.TemporaryDirectory | None = None
+        self.started: list[concurrent.futures.Future] = []  # of each worker's pid, once all are up
         if workers:
+            # The processes read the tokenizer from a file. Given as an initarg it is pickled into each
+            # spawn's pipe (megabytes), and the write waits until that child has imported transformers
+            # to read it: the eight processes started one after another, 17.6 s on the caller's thread
+            # on an H200 host (bench/results/gpu/README.md).
+            self._tokenizer_dir = tempfile.TemporaryDirectory(prefix="telesum-preprocess-")
+            tokenizer_file = Path(self._tokenizer_dir.name) / "tokenizer.pickle"
+            tokenizer_file.write_bytes(pickle.dumps(tokenizer))
             # spawn, not fork: the serving process runs native and CUDA threads that a fork would copy mid-state
+            context = multiprocessing.get_context("spawn")
             self._pool = concurrent.futures.ProcessPoolExecutor(
-                workers, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_init_worker, initargs=(tokenizer,))
+                workers, mp_context=context, initializer=_init_worker,
+                initargs=(str(tokenizer_file), context.Barrier(workers)))
             # One task per worker while none is idle yet makes the executor spawn every process now.
             self.started = [self._pool.submit(_started) for _ in range(workers)]
 
@@ -151,3 +171,6 @@ class Preprocessor:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+        if self._tokenizer_dir is not None:
+            self._tokenizer_dir.cleanup()
+            self._tokenizer_dir = None

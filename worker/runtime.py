@@ -68,7 +68,7 @@ def load_tokenizer(engine: EngineSettings):
 
 def start_preprocessor(tokenizer, engine: EngineSettings):
     """The Summarizer's preprocessing pool for the device, its processes spawning now: they import and
-    load their tokenizer copies while the Summarizer warms up."""
+    load their tokenizer copies while the model loads and the Summarizer warms up."""
     import time
 
     from worker.preprocess import Preprocessor, default_workers

@@ -36,7 +36,7 @@ def test_bad_setting_exits_2_before_any_model_loads(command):
     assert "got '0' from env TELESUM_MAX_SEQS_PER_BIN" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_start_summarizer_spawns_the_preprocessing_pool_after_the_model_load(tmp_path, monkeypatch):
+def test_start_summarizer_spawns_the_preprocessing_pool_before_the_model_load(tmp_path, monkeypatch):
     import worker.preprocess
     import worker.runtime
     from worker.commands.startup import start_summarizer
@@ -65,7 +65,7 @@ def test_start_summarizer_spawns_the_preprocessing_pool_after_the_model_load(tmp
     monkeypatch.setattr(worker.runtime, "_load_model", model)
     started = start_summarizer(settings, "summarize")
     try:
-        assert events == ["model", "pool"]  # the pool's spawning processes do not compete with the load
+        assert events == ["pool", "model"]  # the pool's processes start while the model loads
         assert started.summarizer.preprocessor is pools[0] and pools[0].started[0].result(timeout=120) > 0
     finally:
         started.summarizer.close(drain=False)

@@ -58,21 +58,23 @@ class Started:
 
 
 def start_summarizer(loaded_settings: LoadedSettings, command: str, **banner_fields: Any) -> Started:
-    """The tokenizer and the model the `[engine]` settings name, its budgets, then the preprocessing
-    pool (its processes start while the Summarizer warms up: spawned beside the model load, eight
-    processes importing torch held the load back 18 s on an H200 host, bench/results/gpu/README.md)
-    and the Summarizer, then the banner."""
+    """The tokenizer the `[engine]` settings name, then the preprocessing pool (its processes import
+    and load their tokenizer copies while this process loads the model, finds its budgets and warms
+    up), the model, its budgets and the Summarizer, then the banner."""
     from worker.runtime import banner, budgets_for, build_summarizer, load_model, load_tokenizer, start_preprocessor
 
     engine = loaded_settings.settings.engine
     try:
         tokenizer = load_tokenizer(engine)
-        model = load_model(engine, tokenizer)
     except (FileNotFoundError, ValueError) as exc:  # a wrong --model or --tokenizer
         raise StartupError(f"engine.model (--model, TELESUM_MODEL) {engine.model!r}: {exc}") from None
-    budgets = budgets_for(loaded_settings, model)
     preprocessor = start_preprocessor(tokenizer, engine)
     try:
+        try:
+            model = load_model(engine, tokenizer)
+        except (FileNotFoundError, ValueError) as exc:
+            raise StartupError(f"engine.model (--model, TELESUM_MODEL) {engine.model!r}: {exc}") from None
+        budgets = budgets_for(loaded_settings, model)
         summarizer = build_summarizer(engine, budgets, model, preprocessor=preprocessor)
     except BaseException:
         preprocessor.close()

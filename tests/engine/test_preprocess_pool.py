@@ -1,0 +1,62 @@
+"""The preprocessing pool starts all its processes at once, without holding up its caller."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from worker import preprocess
+from worker.preprocess import Preprocessor
+
+GATE_WAIT_S = 10
+
+
+class GatedTokenizer:
+    """A tokenizer stand-in as large as a real one's pickle. Unpickled in a pool process, it waits (up
+    to GATE_WAIT_S) for the file `gate` and notes whether it appeared. The wait comes before the
+    pickle's megabytes are read, as a real tokenizer's import of transformers does."""
+
+    def __init__(self, gate: str) -> None:
+        self.gate = gate
+        self.padding = b"x" * (4 << 20)  # far beyond a pipe's buffer
+        self.gate_was_open = True
+
+    def __reduce__(self):
+        return _wait_for_gate, (self.gate,), {"padding": self.padding}
+
+
+def _wait_for_gate(gate: str) -> GatedTokenizer:
+    deadline = time.monotonic() + GATE_WAIT_S
+    while not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    tokenizer = GatedTokenizer.__new__(GatedTokenizer)
+    tokenizer.gate, tokenizer.gate_was_open = gate, os.path.exists(gate)
+    return tokenizer
+
+
+def _gate_was_open() -> bool:
+    return preprocess._worker_heads.tokenizer.gate_was_open
+
+
+def test_pool_constructor_returns_before_its_processes_load_the_tokenizer(tmp_path):
+    gate = tmp_path / "gate"
+    pool = Preprocessor(GatedTokenizer(str(gate)), workers=2)
+    try:
+        # Returned while no process could have loaded its tokenizer: the gate opens only now.
+        gate.touch()
+        pids = {f.result(timeout=120) for f in pool.started}
+        assert len(pids) == 2  # both processes spawned by the constructor, each answered once
+        seen = [pool._pool.submit(_gate_was_open).result(timeout=120) for _ in range(4)]
+        assert all(seen), "a pool process loaded its tokenizer while the constructor still ran"
+    finally:
+        pool.close()
+
+
+def test_pool_close_removes_the_tokenizer_file(tmp_path):
+    pool = Preprocessor(GatedTokenizer(str(tmp_path / "gate")), workers=1)
+    (tmp_path / "gate").touch()
+    pool.started[0].result(timeout=120)
+    folder = pool._tokenizer_dir.name
+    assert os.path.isdir(folder)
+    pool.close()
+    assert not os.path.exists(folder)
