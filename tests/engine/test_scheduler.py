@@ -137,6 +137,26 @@ def test_scheduler_cuts_a_large_bin_into_step_sized_parts_while_sequences_decode
     assert not sched.waiting_bins and [s.seq_id for s in sched.running] == [0, 1, 2, 3, 4, 5]
 
 
+def test_scheduler_runs_a_decode_step_between_the_parts_of_a_cut_bin():
+    from worker.engine.prefill_pacing import PREFILL_FIXED_COST_S, STEP_TARGET_S
+
+    sched = Scheduler(SlabAllocator(10_000), eos_ids=(), chunk_tokens=2000, split_bin=_splitter)
+    sched.add_bin("bin-a", [_seq(0, 1000, new=50)])
+    plan = sched.schedule()
+    sched.observe_step(plan, PREFILL_FIXED_COST_S + 2 * STEP_TARGET_S)  # a step holds 500 tokens
+    sched.postprocess(plan, [100])
+    sched.add_bin("bin-b", [_seq(i, 200, new=50) for i in range(1, 6)])
+    steps = []
+    for _ in range(5):
+        plan = sched.schedule()
+        steps.append(type(plan).__name__ if isinstance(plan, Decode) else [s.seq_id for s in plan.seqs])
+        tokens = sum(s.prompt_len for s in plan.seqs)  # the same cost per prompt token
+        sched.observe_step(plan, 0.01 if isinstance(plan, Decode) else PREFILL_FIXED_COST_S + tokens * 1e-4)
+        sched.postprocess(plan, [7] * len(plan.seqs))
+    assert steps == [[1, 2], "Decode", [3, 4], "Decode", [5]]
+    assert [s.seq_id for s in sched.running] == [0, 1, 2, 3, 4, 5]
+
+
 def test_scheduler_keeps_a_bin_whole_when_nothing_decodes():
     from worker.engine.prefill_pacing import PREFILL_FIXED_COST_S, STEP_TARGET_S
 

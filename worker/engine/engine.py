@@ -64,7 +64,10 @@ class Engine:
         self.scheduler = Scheduler(slabs, eos_ids=eos_ids, detokenize=detokenize,
                                    chunk_tokens=chunk_tokens or dispatcher.token_budget,
                                    max_decode_seqs=max_decode_seqs, mixed_steps=mixed_steps,
-                                   split_bin=split_bin_at)
+                                   # Cut to a step's size, a bin's parts carry the decode rows in mixed
+                                   # steps; run apart, they cost more at 80 % load than whole bins
+                                   # (docs/streaming.md).
+                                   split_bin=split_bin_at if mixed_steps else None)
         self.generator = torch.Generator(device=runner.device).manual_seed(seed)
         self.outputs = OutputTape(slabs.capacity, runner.device)  # repetition-penalty histories
         self.finished: queue.SimpleQueue[Sequence] = queue.SimpleQueue()

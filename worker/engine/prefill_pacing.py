@@ -32,6 +32,7 @@ class PrefillPacer:
     """Run times of past steps -> pacing of small bins and the prompt tokens one step may prefill."""
 
     def __init__(self) -> None:
+        self.step_target_s = STEP_TARGET_S
         self._last_prefill_s = 0.0          # run time of the last bin's prefill step
         self._decode_since_prefill_s = 0.0  # decode steps' run time since then
         self._costs: deque[float] = deque(maxlen=_COST_WINDOW)  # s per prompt token beyond the fixed cost
@@ -56,4 +57,4 @@ class PrefillPacer:
         if not self._costs:
             return None
         cost = float(np.median(self._costs))
-        return max(1, round(STEP_TARGET_S / cost)) if cost else None
+        return max(1, round(self.step_target_s / cost)) if cost else None

@@ -63,6 +63,7 @@ class Scheduler:
         self.prefilling: Sequence | None = None  # the long input being chunk-prefilled
         self.decoding = DecodeBatch()
         self._last_was_chunk = False
+        self._last_was_part = False  # the last step prefilled part of a cut bin, without decode rows
         self.pacer = PrefillPacer()
         self.mixed_steps = mixed_steps
         self.max_mixed_rows: int | None = None  # decode rows a mixed step may carry (after out of memory)
@@ -98,6 +99,11 @@ class Scheduler:
     # -- decisions --------------------------------------------------------------------------
     def schedule(self) -> Plan | None:
         """The next step's work, with slabs allocated for anything it admits; None when idle."""
+        plan = self._schedule()
+        self._last_was_part = isinstance(plan, PrefillBin) and plan.is_part
+        return plan
+
+    def _schedule(self) -> Plan | None:
         plan = self._admit_bin() or self._admit_long()
         if isinstance(plan, PrefillBin) and self._may_mix():
             return MixedStep(plan, Decode(list(self.decoding.seqs)))
@@ -148,10 +154,13 @@ class Scheduler:
         self.waiting_bins.insert(1, PrefillBin(rest, work.seqs[keep:], is_part=True))
 
     def _bin_may_wait(self, work: PrefillBin) -> bool:
-        """A small bin waits while decoding has had less than its share since the last prefill
-        (the parts of a cut bin do not: it was large)."""
-        if not self.decoding or work.is_part:
+        """A small bin waits while decoding has had less than its share since the last prefill. The
+        parts of a cut bin alternate with decode steps: back to back, they would stall decoding as
+        long as the whole bin did."""
+        if not self.decoding:
             return False
+        if work.is_part:
+            return self._last_was_part
         return self.pacer.small_bin_waits(_prompt_tokens(work), self.chunk_tokens)
 
     def _decode_has_room(self, num_seqs: int) -> bool:
