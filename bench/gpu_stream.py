@@ -16,7 +16,7 @@ summary runs to 64 tokens). Each run also records where the GPU loop's time went
 `--unbounded-s`: a caller that submits at 2x capacity without the in-flight bound, retrying on
 Backpressure (a library user of `Summarizer.submit`); it counts failed records.
 `--capacity-variants` / `--variant-loads`: the capacity, and loads, again with scheduler variants
-(VARIANTS: mixed steps without cutting bins, separate prefill and decode steps...), side by side.
+(VARIANTS: mixed steps, bins cut to a step's size...), side by side.
 `--cold-start`: process start -> first summary of `telesum summarize` (SmolLM2 shape saved as a
 model folder), with empty caches and again with the caches the first run left; each with the
 start-up phases its log reported (`startup_breakdown`) and the time from the last phase to the first
@@ -43,6 +43,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from worker.engine.bins import split_bin_at  # noqa: E402 - a scheduler variant's value
 
 LOADS = (0.05, 0.2, 0.5, 0.8, 0.95)
 CAPACITY_RECORDS = {"smollm2": 4000, "qwen7b": 500, "tiny": 24}
@@ -75,26 +77,35 @@ def capacity_run(summarizer, records) -> dict:
     return out
 
 
-# Scheduler settings compared side by side (attributes of worker.engine.scheduler.Scheduler).
+# Scheduler settings compared side by side (attributes of worker.engine.scheduler.Scheduler; a
+# dotted name is an attribute of one of its parts).
 VARIANTS = {
-    "separate": {"mixed_steps": False},                   # the default
-    "mixed": {"mixed_steps": True},                       # prefill and decode rows in one forward
-    "mixed_uncut": {"mixed_steps": True, "_split_bin": None},  # ... bins never cut to a step's size
-    "uncut": {"_split_bin": None},                        # separate steps, bins never cut
+    "separate": {"mixed_steps": False, "_split_bin": None},  # the default: separate steps, whole bins
+    "mixed": {"mixed_steps": True, "_split_bin": split_bin_at},  # prefill and decode rows in one forward
+    "mixed_uncut": {"mixed_steps": True, "_split_bin": None},    # ... bins never cut to a step's size
+    "cut": {"_split_bin": split_bin_at},                  # separate steps, parts alternating with decode
+    "cut_25ms": {"_split_bin": split_bin_at, "pacer.step_target_s": 0.025},  # ... parts of half that step
 }
+
+
+def _owner(scheduler, name: str):
+    *parts, attr = name.split(".")
+    for part in parts:
+        scheduler = getattr(scheduler, part)
+    return scheduler, attr
 
 
 @contextlib.contextmanager
 def _variant(scheduler, name: str):
     # max_mixed_rows too: an out-of-memory mixed step of one variant must not limit the next one's.
-    saved = {k: getattr(scheduler, k) for k in [*VARIANTS[name], "max_mixed_rows"]}
+    saved = {k: getattr(*_owner(scheduler, k)) for k in [*VARIANTS[name], "max_mixed_rows"]}
     for k, v in VARIANTS[name].items():
-        setattr(scheduler, k, v)
+        setattr(*_owner(scheduler, k), v)
     try:
         yield
     finally:
         for k, v in saved.items():
-            setattr(scheduler, k, v)
+            setattr(*_owner(scheduler, k), v)
 
 
 class _Collector(threading.Thread):
@@ -311,7 +322,10 @@ def cold_start(out: Path, tokenizer_dir: Path, log, *, cpu: bool = False, into: 
     for name in ("cold", "warm"):
         output = work / f"out_{name}.jsonl"
         output.unlink(missing_ok=True)
-        env = {**os.environ, "XDG_CACHE_HOME": str(cache), "PYTHONUNBUFFERED": "1"}
+        # Python's bytecode too: the GPU host's torch and transformers ship no .pyc files (compiling
+        # them took 11 s of a start), where an installed image has them.
+        env = {**os.environ, "XDG_CACHE_HOME": str(cache), "PYTHONPYCACHEPREFIX": str(cache / "pycache"),
+               "PYTHONUNBUFFERED": "1"}
         cmd = [sys.executable, "-m", "worker.cli", "summarize", str(data), "-o", str(output), "--model",
                str(model_dir), "--tokenizer", str(Path(tokenizer_dir).resolve()), "--max-new-tokens",
                "8" if cpu else "64", "--device", device, "--no-progress"]
@@ -349,6 +363,8 @@ def chart(res: dict, path: Path, baseline: dict | None = None) -> None:
     import matplotlib.pyplot as plt
 
     shapes = [k for k, v in res.items() if isinstance(v, dict) and "capacity" in v]
+    if not shapes:  # a cold start alone
+        return
     fig, axes = plt.subplots(1, len(shapes), figsize=(6 * len(shapes), 4.5), squeeze=False)
     for ax, shape in zip(axes[0], shapes):
         runs = sorted((v for k, v in res[shape].items() if k.startswith("load_")), key=lambda v: v["load"])

@@ -18,11 +18,11 @@ def _load_bench():
 def test_gpu_stream_cpu_form_answers_every_record_and_reports_phases(tmp_path):
     bench = _load_bench()
     res = bench.main(["--out", str(tmp_path), "--cpu", "--loads", "0.5", "--seconds", "2",
-                      "--unbounded-s", "2", "--variant-loads", "mixed:0.5", "--capacity-variants", "mixed"])
+                      "--unbounded-s", "2", "--variant-loads", "mixed:0.5;cut:0.5", "--capacity-variants", "mixed"])
     tiny = res["tiny"]
     for cap in (tiny["capacity"], tiny["capacity_mixed"]):
         assert cap["failed"] == 0 and cap["records_per_s"] > 0
-    for run in (tiny["load_0.5"], tiny["unbounded_2x"], tiny["mixed_0.5"]):
+    for run in (tiny["load_0.5"], tiny["unbounded_2x"], tiny["mixed_0.5"], tiny["cut_0.5"]):
         assert run["answered"] == run["records"] >= 10 and run["failed"] == 0
         assert 0 < run["p50_s"] <= run["p90_s"] <= run["p99_s"]
         assert run["median_decode_s"] is not None and run["median_queued_s"] >= 0
@@ -51,3 +51,18 @@ def test_startup_breakdown_places_each_phase_and_the_wait_for_the_first_summary(
     assert b["loader_s"] == 0.8 and b["before_first_phase_s"] == 0.5
     assert b["between_phases_s"] == 1.1  # 5.1 - 0.5 - (0.5 + 1.0 + 2.0)
     assert b["after_start_up_s"] == 2.4
+
+
+def test_variant_sets_a_part_of_the_scheduler_and_restores_it():
+    from worker.engine.kv_arena import SlabAllocator
+    from worker.engine.prefill_pacing import STEP_TARGET_S
+    from worker.engine.scheduler import Scheduler
+
+    bench = _load_bench()
+    sched = Scheduler(SlabAllocator(100), eos_ids=(), chunk_tokens=64)
+    sched.max_mixed_rows = 7
+    with bench._variant(sched, "cut_25ms"):
+        assert sched.pacer.step_target_s == 0.025 and sched._split_bin is not None
+        sched.max_mixed_rows = 3  # as an out-of-memory mixed step would
+    assert sched.pacer.step_target_s == STEP_TARGET_S and sched.max_mixed_rows == 7
+    assert sched._split_bin is None  # the default: bins stay whole
