@@ -143,8 +143,8 @@ class Preprocessor:
         if workers:
             # The processes read the tokenizer from a file. Given as an initarg it is pickled into each
             # spawn's pipe (megabytes), and the write waits until that child has imported transformers
-            # to read it: the eight processes started one after another, 17.6 s on the caller's thread
-            # on an H200 host (bench/results/gpu/README.md).
+            # to read it: the processes started one after another, seconds each on the caller's thread
+            # on an H200 host (bench/results/gpu/summarize_pyspy_before_pool_fix.txt).
             self._tokenizer_dir = tempfile.TemporaryDirectory(prefix="telesum-preprocess-")
             tokenizer_file = Path(self._tokenizer_dir.name) / "tokenizer.pickle"
             tokenizer_file.write_bytes(pickle.dumps(tokenizer))
@@ -153,7 +153,8 @@ class Preprocessor:
             self._pool = concurrent.futures.ProcessPoolExecutor(
                 workers, mp_context=context, initializer=_init_worker,
                 initargs=(str(tokenizer_file), context.Barrier(workers)))
-            # One task per worker while none is idle yet makes the executor spawn every process now.
+            # The executor spawns a process per task while none is idle, and these tasks wait for
+            # every process: all spawn now, and each answers one of them.
             self.started = [self._pool.submit(_started) for _ in range(workers)]
 
     def submit(self, record: TelemetryRecord) -> concurrent.futures.Future:

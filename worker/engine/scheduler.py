@@ -1,11 +1,12 @@
 """Scheduler: decides what the next engine step does. Never touches tensors.
 
 Priority per step: prefill the oldest waiting bin when all its slabs fit (new work joins the
-decode batch early); while sequences decode, a bin whose prefill would take longer than a step
-should is cut into parts prefilled one per step. With mixed steps on, that prefill also carries
-every decoding sequence's next token in the same forward (off by default: on an H200 it gained no
-latency and cost some at high load, docs/streaming.md). Else one chunk of a long input, alternating
-with decode steps so active sequences keep moving; else one decode step over every active sequence.
+decode batch early). With mixed steps on, that prefill also carries every decoding sequence's next
+token in the same forward, and while sequences decode a bin whose prefill would take longer than a
+step should is cut into parts prefilled one per step (both off by default: on an H200 mixing gained
+no latency, and parts run apart from decoding cost more at high load than they save,
+docs/streaming.md). Else one chunk of a long input, alternating with decode steps so active
+sequences keep moving; else one decode step over every active sequence.
 """
 
 from __future__ import annotations
