@@ -47,7 +47,8 @@ class EngineSettings(MaskedRepr, msgspec.Struct, **_Struct):
     prefix_cache: Annotated[bool, opt("TELESUM_PREFIX_CACHE", "reuse the KV of prompt heads shared with "
                                                               "recent prompts (prefill only the rest)")] = True
     mixed_steps: Annotated[bool, opt("TELESUM_MIXED_STEPS", "prefill a bin in the same forward as the "
-                                                            "decoding sequences' next tokens (see docs/streaming.md)")] = False
+                                                            "decoding sequences' next tokens, a large bin in "
+                                                            "step-sized parts (see docs/streaming.md)")] = False
     prefix_cache_tokens: Annotated[PositiveInt | None, opt(
         "TELESUM_PREFIX_CACHE_TOKENS", "prompt tokens whose KV the prefix cache may hold, in KV rows kept "
                                        "beside the slabs (auto: a sixteenth of the arena, at most 65536)")] = None
