@@ -101,8 +101,12 @@ _START_WAIT_S = 600  # a process that has not started by then is not coming (its
 def _init_worker(tokenizer_file: str, all_started) -> None:
     global _worker_heads, _all_started
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one process, one core
-    _worker_heads = HeadTokenizer(pickle.loads(Path(tokenizer_file).read_bytes()))
     _all_started = all_started
+    try:
+        pickled = Path(tokenizer_file).read_bytes()
+    except FileNotFoundError:  # the pool was closed before this process came up: it gets no work
+        return
+    _worker_heads = HeadTokenizer(pickle.loads(pickled))
 
 
 def _prepare_in_worker(record: TelemetryRecord) -> Prepared:
@@ -110,7 +114,8 @@ def _prepare_in_worker(record: TelemetryRecord) -> Prepared:
 
 
 def _started() -> int:
-    """This process's pid once every process of the pool has started: each runs exactly one."""
+    """This process's pid once every process of the pool has started: each runs exactly one.
+    Raises BrokenBarrierError once the pool is closed."""
     _all_started.wait(_START_WAIT_S)
     return os.getpid()
 
@@ -150,9 +155,10 @@ class Preprocessor:
             tokenizer_file.write_bytes(pickle.dumps(tokenizer))
             # spawn, not fork: the serving process runs native and CUDA threads that a fork would copy mid-state
             context = multiprocessing.get_context("spawn")
+            self._all_started = context.Barrier(workers)
             self._pool = concurrent.futures.ProcessPoolExecutor(
                 workers, mp_context=context, initializer=_init_worker,
-                initargs=(str(tokenizer_file), context.Barrier(workers)))
+                initargs=(str(tokenizer_file), self._all_started))
             # The executor spawns a process per task while none is idle, and these tasks wait for
             # every process: all spawn now, and each answers one of them.
             self.started = [self._pool.submit(_started) for _ in range(workers)]
@@ -170,6 +176,9 @@ class Preprocessor:
 
     def close(self) -> None:
         if self._pool is not None:
+            # Processes already up stop waiting for the others (which, the tokenizer file gone, get
+            # no work): else they would hold the interpreter's exit for _START_WAIT_S.
+            self._all_started.abort()
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
         if self._tokenizer_dir is not None:

@@ -79,6 +79,8 @@ def start_preprocessor(tokenizer, engine: EngineSettings):
     lock = threading.Lock()  # protects waiting (the callbacks run on the pool's manager thread)
 
     def up(future) -> None:  # not a phase: it runs beside the engine's warm-up
+        if future.cancelled() or future.exception() is not None:
+            return  # closed before its processes were up
         with lock:
             waiting.discard(future)
             if waiting:

@@ -60,3 +60,37 @@ def test_pool_close_removes_the_tokenizer_file(tmp_path):
     assert os.path.isdir(folder)
     pool.close()
     assert not os.path.exists(folder)
+
+
+def test_pool_closed_while_its_processes_start_lets_them_exit_quietly(tmp_path, capfd):
+    gate = tmp_path / "gate"
+    pool = Preprocessor(GatedTokenizer(str(gate)), workers=2)
+    processes = list(pool._pool._processes.values())
+    assert len(processes) == 2
+    pool.close()  # before either process has read its tokenizer (a start-up that failed after the spawn)
+    assert pool_waits_no_more(pool)
+    gate.touch()
+    for process in processes:
+        assert _exits(process.pid, within_s=60), "a pool process still waits for the others after close"
+    assert "Traceback" not in capfd.readouterr().err  # the operator sees the start-up's error alone
+
+
+def _exits(pid: int, within_s: float) -> bool:
+    """Whether the process ends (or is a zombie) within the time; the executor's own thread may reap
+    it first, which leaves Process.is_alive() unable to tell."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def pool_waits_no_more(pool: Preprocessor) -> bool:
+    """A process already waiting in the start-up barrier returns at once (one whose fellow never
+    runs its start-up task, cancelled by the close, would otherwise wait _START_WAIT_S)."""
+    return pool._all_started.broken
