@@ -1,14 +1,9 @@
 """The worker's poll loop: consume, decode, summarise, answer, commit — all from one thread.
 
-Threads: the loop thread owns the consumer, the offset tracker and the publisher (`publish.py`);
-the producer's I/O thread only queues acknowledgements there; the summarizer's own thread is
-reached through submit/poll.
-
-At-least-once: an answer is published at once; its offset is done when the broker acknowledged it;
-done prefixes are committed every commit_interval_s. Exactly-once: an answer is done when it is
-ready; a batch (closed after transaction_max_records answers or commit_interval_s) publishes the
-answers of the done prefixes and commits those offsets in one transaction, so a read-committed
-consumer sees each answer once however often the worker dies.
+Threads: the loop thread owns the consumer, the offset tracker and the Committer (`committer.py`:
+publishing answers and committing their offsets, at-least-once or exactly-once); the producer's I/O
+thread only queues acknowledgements there; the summarizer's own thread is reached through
+submit/poll.
 """
 
 from __future__ import annotations
@@ -21,15 +16,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from kafka import TopicPartition
-from kafka.errors import KafkaError
 
 from worker.dispatch import Backpressure
 from worker.kafka.clients import Consumer, Producer
+from worker.kafka.committer import Committer
 from worker.kafka.intake import Intake, Pending
 from worker.kafka.offsets import OffsetTracker
-from worker.kafka.publish import (AckPublisher, Answers, Request, RequestId, TransactionalPublisher,
-                                  ProducerFenced)
-from worker.kafka.records import Output
+from worker.kafka.publish import Answers, ProducerFenced, Request, RequestId
 from worker.kafka.undecodable import UndecodableBatch
 from worker.settings.kafka import KafkaSettings
 from worker.messages import Summary, TelemetryRecord, failure_reason
@@ -82,13 +75,11 @@ class KafkaWorker:
         self.tracker = OffsetTracker()
         self.stats = WorkerStats()
         self.answers = Answers(settings.output_topic, settings.dlq_topic, model_name, settings.max_request_size)
-        self.publisher = AckPublisher(self.producer, self.answers)
-        self.transactions = TransactionalPublisher(self.producer, self.answers) if settings.exactly_once else None
+        self.committer = Committer(settings, self.consumer, self.producer, self.answers, self.tracker, self.stats)
         self.intake = Intake(settings, self._dead_letter)
         self._in_summarizer: dict[RequestId, Pending] = {}
         self._paused_by_us = False
         self._revoking: set[TopicPartition] = set()
-        self._last_commit = 0.0
 
     # ---- rebalance callbacks: run inside consumer.poll(); no blocking calls here ----
     # kafka-python keeps a partition's position (and paused flag) when a rebalance hands it back to
@@ -134,7 +125,7 @@ class KafkaWorker:
         return self.stats
 
     def _step(self, fetch: bool) -> None:
-        busy = bool(self._in_summarizer or self.publisher.busy)
+        busy = bool(self._in_summarizer or self.committer.busy)
         if not self.consumer.is_stable():
             timeout_ms = _REJOIN_POLL_MS
         else:
@@ -153,8 +144,8 @@ class KafkaWorker:
         if self._in_summarizer:
             for rid, result in self.summarizer.poll(self.settings.poll_timeout_ms / 1000):
                 self._on_result(rid, result)
-        self._handle_acks()
-        self._maybe_commit(force=False)
+        self.committer.handle_acks()
+        self.committer.maybe_commit(force=False, revoking=self._revoking)
         if self.observer is not None:
             self.observer(self)
 
@@ -162,8 +153,7 @@ class KafkaWorker:
     def pending(self) -> tuple[int, int, int]:
         """(records waiting for summarizer room or in open log windows, records in the summarizer, answers not yet
         acknowledged or, exactly-once, not yet committed). Only from the loop thread."""
-        staged = self.transactions.staged if self.transactions is not None else 0
-        return self.intake.staged, len(self._in_summarizer), self.publisher.unacked + staged
+        return self.intake.staged, len(self._in_summarizer), self.committer.unfinished
 
     def _drain(self) -> None:
         """Stop fetching; finish and publish what the summarizer holds; commit the done prefix."""
@@ -178,17 +168,15 @@ class KafkaWorker:
                 continue
             self._in_summarizer[pending.rid] = pending
         deadline = time.monotonic() + self.settings.drain_timeout_s
-        while (self._in_summarizer or self.publisher.busy) and time.monotonic() < deadline:
+        while (self._in_summarizer or self.committer.busy) and time.monotonic() < deadline:
             self._step(fetch=False)
-        if self.transactions is None:
-            self.producer.flush(max(0.0, deadline - time.monotonic()))
-        self._handle_acks()
-        self._maybe_commit(force=True)
-        while self.transactions is not None and self.transactions.staged and time.monotonic() < deadline:
+        self.committer.flush(max(0.0, deadline - time.monotonic()))
+        self.committer.handle_acks()
+        self.committer.maybe_commit(force=True, revoking=self._revoking)
+        while self.committer.staged and time.monotonic() < deadline:
             time.sleep(0.1)  # an aborted last transaction: try again while the deadline allows
-            self._maybe_commit(force=True)
-        staged = self.transactions.staged if self.transactions is not None else 0
-        self.stats.drained_cleanly = not (self._in_summarizer or self.publisher.busy or staged)
+            self.committer.maybe_commit(force=True, revoking=self._revoking)
+        self.stats.drained_cleanly = not (self._in_summarizer or self.committer.busy or self.committer.staged)
         log.info("drained (%s): %s", "clean" if self.stats.drained_cleanly else "deadline hit", self.stats)
 
     def _accept(self, msg) -> None:
@@ -208,8 +196,7 @@ class KafkaWorker:
     def _forget(self, gone: set[TopicPartition]) -> None:
         """Drop the unanswered work of partitions this member no longer reads from where it was."""
         self.intake.forget(gone)
-        if self.transactions is not None:
-            self.transactions.drop(gone)
+        self.committer.forget(gone)
 
     def _submit_backlog(self) -> None:
         backlog = self.intake.backlog
@@ -248,85 +235,7 @@ class KafkaWorker:
             reason, message = failure_reason(result)
             self._dead_letter(pending.request("dead_letter", reason), message)
         else:
-            self._answer(*self.answers.summary(pending.request("summary"), result))
+            self.committer.answer(*self.answers.summary(pending.request("summary"), result))
 
-    # ---- answers, acknowledgements and commits ----
     def _dead_letter(self, request: Request, message: str) -> None:
-        self._answer(*self.answers.dead_letter(request, message))
-
-    def _answer(self, request: Request, output: Output) -> None:
-        """At-least-once: publish now (done once acknowledged). Exactly-once: done now, published
-        with its offset by the next transaction."""
-        if self.transactions is None:
-            self.publisher.send(request, output)
-            return
-        if self._mark_done(request):
-            self.transactions.stage(request, output)
-        else:
-            self.stats.stale_dropped += 1
-
-    def _mark_done(self, request: Request) -> bool:
-        """Every offset this answer covers has one more part answered; False when it is stale."""
-        rid = request.rid
-        if not self.tracker.is_current(rid.tp, rid.epoch):
-            return False
-        for offset in request.covers or (rid.offset,):
-            self.tracker.mark_done(rid.tp, offset, rid.epoch)
-        return True
-
-    def _is_current(self, rid: RequestId) -> bool:
-        return self.tracker.is_current(rid.tp, rid.epoch)
-
-    def _handle_acks(self) -> None:
-        for request, output in self.publisher.poll(self._is_current):
-            if self._mark_done(request):
-                self._count(request)
-            else:
-                self.stats.stale_dropped += 1
-        self.stats.republished = self.publisher.republished
-        self.stats.stale_dropped += self.publisher.stale_dropped
-        self.publisher.stale_dropped = 0
-
-    def _count(self, request: Request) -> None:
-        if request.kind == "dead_letter":
-            self.stats.dead_letters += 1
-            reason = request.reason or "summarize_failed"
-            self.stats.reasons[reason] = self.stats.reasons.get(reason, 0) + 1
-        else:
-            self.stats.summaries += 1
-
-    def _maybe_commit(self, force: bool) -> None:
-        now = time.monotonic()
-        due = now - self._last_commit >= self.settings.commit_interval_s
-        if self.transactions is not None:
-            due = due or self.transactions.staged >= self.settings.transaction_max_records
-        if not force and not due:
-            return
-        self._last_commit = now
-        # Never for partitions being revoked: once this member rejoined, its generation is current
-        # and the broker would take the commit, while the new owner may already have read the old
-        # offset and replays (in exactly-once, duplicates a read-committed consumer sees).
-        offsets = {tp: o for tp, o in self.tracker.committable().items() if tp not in self._revoking}
-        if not offsets:
-            return
-        if self.transactions is not None:
-            self._commit_transaction(self.transactions.unsplit(offsets))
-            return
-        try:
-            self.consumer.commit(offsets)
-        except KafkaError as exc:  # e.g. a rebalance is under way: the next round commits again
-            log.warning("commit of %s failed: %s", offsets, exc)
-            return
-        self.tracker.committed(offsets)
-        self.stats.commits += 1
-
-    def _commit_transaction(self, offsets: dict[TopicPartition, int]) -> None:
-        assert self.transactions is not None
-        published = self.transactions.commit(offsets, self.consumer.group_metadata())
-        self.stats.transactions, self.stats.aborts = self.transactions.transactions, self.transactions.aborts
-        if published is None:  # aborted: the same answers go into the next transaction
-            return
-        self.tracker.committed(offsets)
-        self.stats.commits += 1
-        for request, _ in published:
-            self._count(request)
+        self.committer.answer(*self.answers.dead_letter(request, message))
