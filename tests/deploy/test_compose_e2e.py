@@ -168,6 +168,9 @@ def test_compose_up_answers_50_records_of_every_kind_and_serves_http(stack):
     assert stack.get(stack.worker_port, "/status")[0] == 200
     assert stack.container_state("worker")["Health"]["Status"] == "healthy"
     assert stack.container_state("kafka")["Health"]["Status"] == "healthy"
+    # The embedded GGUF's tokenizer was converted when the image was built (Dockerfile), not at start.
+    worker_log = stack.compose("logs", "worker").stdout
+    assert "read from the cache" in worker_log and "converted from the GGUF" not in worker_log, worker_log[-3000:]
 
 
 def _input_positions(bootstrap: str) -> set[tuple[int, int]]:

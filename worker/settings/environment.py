@@ -27,7 +27,9 @@ def declare(name: str, read_by: str, help: str) -> str:
 
 CONFIG = declare("TELESUM_CONFIG", "worker.settings.load", "TOML settings file (as --config FILE)")
 CACHE_DIR = declare("TELESUM_CACHE_DIR", "worker.probe.cache",
-                    "where the probe caches its budgets (default $XDG_CACHE_HOME/telesum, else ~/.cache/telesum)")
+                    "telesum's cache folder: the probe's budgets (probe/), GGUF tokenizers converted once "
+                    "(tokenizer/), compiled kernels (inductor/, triton/); default $XDG_CACHE_HOME/telesum, "
+                    "else ~/.cache/telesum")
 DECODE_GRAPHS = declare("TELESUM_DECODE_GRAPHS", "worker.engine.runner",
                         "0: decode steps run eagerly instead of replaying captured CUDA graphs")
 COMPILE = declare("TELESUM_COMPILE", "worker.model.fused", "0: the fused elementwise ops run eagerly (no torch.compile)")
