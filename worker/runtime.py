@@ -35,7 +35,7 @@ def use_persistent_compile_caches() -> None:
     """Inductor's and Triton's caches under telesum's cache folder (unless the operator set them), so a
     restarted worker reuses the kernels the last start compiled instead of compiling them again;
     where that folder is a volume, the reuse survives the container too."""
-    from worker.probe.cache import cache_root
+    from worker.settings.cache import cache_root
 
     root = cache_root()
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(root / "inductor"))

@@ -83,7 +83,7 @@ def gguf_cache_folder(path: Path) -> Path:
     another transformers version gets its own entry."""
     import transformers
 
-    from worker.probe.cache import cache_root
+    from worker.settings.cache import cache_root
 
     resolved = path.resolve()
     stat = resolved.stat()

@@ -19,7 +19,7 @@ import os
 import re
 from pathlib import Path
 
-from worker.settings.environment import CACHE_DIR as CACHE_DIR_ENV
+from worker.settings.cache import cache_root
 
 log = logging.getLogger(__name__)
 
@@ -27,14 +27,6 @@ CACHE_VERSION = 2       # bump when what the probe measures, how, or the entry's
 FREE_TOLERANCE = 0.02   # of the device's memory: free memory may differ this much from the probe's
 _INT_FIELDS = ("token_budget", "kv_rows", "max_decode_seqs", "peak_bytes", "bin_limit", "free_bytes",
                "headroom_bytes", "seq_tokens")
-
-
-def cache_root() -> Path:
-    """telesum's cache folder: `$TELESUM_CACHE_DIR`, else `$XDG_CACHE_HOME/telesum`, else `~/.cache/telesum`."""
-    if os.environ.get(CACHE_DIR_ENV):
-        return Path(os.environ[CACHE_DIR_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "telesum"
 
 
 def default_cache_dir() -> Path:

@@ -26,7 +26,7 @@ def declare(name: str, read_by: str, help: str) -> str:
 
 
 CONFIG = declare("TELESUM_CONFIG", "worker.settings.load", "TOML settings file (as --config FILE)")
-CACHE_DIR = declare("TELESUM_CACHE_DIR", "worker.probe.cache",
+CACHE_DIR = declare("TELESUM_CACHE_DIR", "worker.settings.cache",
                     "telesum's cache folder: the probe's budgets (probe/), GGUF tokenizers converted once "
                     "(tokenizer/), compiled kernels (inductor/, triton/); default $XDG_CACHE_HOME/telesum, "
                     "else ~/.cache/telesum")
