@@ -52,7 +52,7 @@ struct DispatcherConfig {
     int64_t max_seqs_per_bin = 1024;
     int64_t queue_capacity_tokens = 4 * 65536;
     int32_t pad_id = 0;
-    double latency_cap_s = 0.05;
+    double latency_cap_s = 0.5;
     bool adaptive = true;
 };
 

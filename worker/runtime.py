@@ -189,13 +189,13 @@ def build_summarizer(engine: EngineSettings, budgets: Budgets, loaded, dispatche
     """The Summarizer both commands run, with the budgets in force and the engine's sampling.
     With debug logging on, its dispatcher logs one line per bin. preprocessor: see start_preprocessor."""
     from worker.prompts.sampling import default_sampling
-    from worker.summarizer import BIN_LATENCY_CAP_S, Summarizer
+    from worker.summarizer import Summarizer
 
     if dispatcher is None and bin_log.isEnabledFor(logging.DEBUG):
         from worker.dispatch import BinDispatcher
 
         inner = BinDispatcher(budgets.token_budget, max_seqs_per_bin=budgets.max_seqs_per_bin,
-                              pad_id=loaded.tokenizer.pad_token_id or 0, latency_cap_s=BIN_LATENCY_CAP_S)
+                              pad_id=loaded.tokenizer.pad_token_id or 0)
         dispatcher = ObservedDispatcher(inner, log_bin(budgets.token_budget))
     return Summarizer(loaded, token_budget=budgets.token_budget, max_new_tokens=engine.max_new_tokens,
                       kv_capacity_rows=budgets.kv_rows, max_seqs_per_bin=budgets.max_seqs_per_bin,

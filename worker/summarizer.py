@@ -46,11 +46,6 @@ _JOIN_POLL_S = 0.05
 # of its own instead of the caller's.
 _PLAN_APART_CONTEXTS = 2
 OVER_CAP_POLICIES = ("select", "dead_letter")
-# The engine asks the dispatcher for a bin whenever it can admit one, and an ask holds until served,
-# so the window's latency cap only bounds a bin nobody asked for. At 0.05 s the window packed small
-# bins every 50 ms while the engine held another; each then waited its turn and cost a prefill step
-# of its own (see prefill_pacing.DECODE_TIME_PER_PREFILL).
-BIN_LATENCY_CAP_S = 0.5
 
 
 class Summarizer:
@@ -103,7 +98,7 @@ class Summarizer:
             from worker.dispatch import BinDispatcher
 
             dispatcher = BinDispatcher(token_budget, max_seqs_per_bin=max_seqs_per_bin,
-                                       pad_id=self.tokenizer.pad_token_id or 0, latency_cap_s=BIN_LATENCY_CAP_S)
+                                       pad_id=self.tokenizer.pad_token_id or 0)
         self.dispatcher = dispatcher
         self.max_seqs_per_bin = max_seqs_per_bin
         self.arena = KVArena(cfg, kv_capacity_rows, dtype=param.dtype, device=self.device, reserved_tail_rows=region)
