@@ -10,15 +10,16 @@ from collections.abc import Iterable, Iterator
 
 from worker.dispatch import Backpressure
 from worker.messages import Summary, TelemetryRecord
+from worker.settings.budgets import FULL_BINS_IN_FLIGHT
 
 
 def results_in_order(summarizer, records: Iterable[TelemetryRecord], *, max_in_flight: int | None = None,
                      ) -> Iterator[tuple[TelemetryRecord, Summary | Exception]]:
     """(record, Summary or the exception that stopped it) in input order. Request ids are input
-    indices, so do not mix with `submit` calls from elsewhere. max_in_flight: default two full bins
-    of sequences (so one decodes while the next is packed), at least 256."""
+    indices, so do not mix with `submit` calls from elsewhere. max_in_flight: default
+    `FULL_BINS_IN_FLIGHT` bins of sequences, at least 256."""
     if max_in_flight is None:
-        max_in_flight = max(256, 2 * summarizer.max_seqs_per_bin)
+        max_in_flight = max(256, FULL_BINS_IN_FLIGHT * summarizer.max_seqs_per_bin)
     held: dict[int, TelemetryRecord] = {}
     done: dict[int, Summary | Exception] = {}
     next_out = 0

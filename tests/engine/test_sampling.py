@@ -64,5 +64,5 @@ def test_sampling_batch_penalty_without_histories_raises():
 
 def test_sampling_params_non_positive_repetition_penalty_raises():
     with pytest.raises(ValueError, match="repetition_penalty"):
-        SamplingParams(repetition_penalty=0.0)
-    assert SamplingParams().repetition_penalty == 1.0  # off unless asked for
+        SamplingParams(8, repetition_penalty=0.0)
+    assert SamplingParams(8).repetition_penalty == 1.0  # off unless asked for

@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class SamplingParams:
     """How to pick new tokens. temperature 0 = greedy; stop strings end generation (not included);
-    repetition_penalty > 1 makes tokens this sequence already generated less likely (1 = off)."""
+    repetition_penalty > 1 makes tokens this sequence already generated less likely (1 = off).
+    max_new_tokens has no default: the operator's (`engine.max_new_tokens`) is the one."""
 
-    max_new_tokens: int = 128
+    max_new_tokens: int
     temperature: float = 0.0
     top_p: float = 1.0
     stop: tuple[str, ...] = ()

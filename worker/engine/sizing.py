@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from worker.engine.prefix_reuse import BLOCK_SIZE as PREFIX_BLOCK_SIZE
+from worker.settings.budgets import FULL_BINS_IN_FLIGHT, PREFIX_CACHE_MAX_ROWS
 
 # Share of the GPU memory still free after the model loaded that the KV arena takes by default: the
 # rest is for prefill activations of a full bin and the decode graphs' buffers.
@@ -13,10 +14,10 @@ GPU_KV_MEMORY_SHARE = 0.5
 
 def default_kv_rows(cfg, dtype: torch.dtype, device: torch.device, *, token_budget: int,
                     max_seqs_per_bin: int, max_new_tokens: int, max_context: int) -> int:
-    """KV-tape rows when none are configured: two full bins (one decoding while the next is admitted)
-    and at least one full context; on a GPU at least `GPU_KV_MEMORY_SHARE` of the free memory, since
+    """KV-tape rows when none are configured: `FULL_BINS_IN_FLIGHT` full bins and at least one full
+    context; on a GPU at least `GPU_KV_MEMORY_SHARE` of the free memory, since
     the more sequences decode together the cheaper each step is per token."""
-    rows = max(2 * (token_budget + max_seqs_per_bin * max_new_tokens), max_context)
+    rows = max(FULL_BINS_IN_FLIGHT * (token_budget + max_seqs_per_bin * max_new_tokens), max_context)
     if device.type == "cuda":
         free_bytes, _ = torch.cuda.mem_get_info(device)
         per_row = cfg.kv_bytes_per_row(torch.empty((), dtype=dtype).element_size())
@@ -25,9 +26,9 @@ def default_kv_rows(cfg, dtype: torch.dtype, device: torch.device, *, token_budg
 
 
 def prefix_region_rows(kv_rows: int) -> int:
-    """Rows of the KV arena kept for the prefix cache: a sixteenth, up to 65,536 rows (the heads of
-    telesum's prompts are ~350-900 tokens per record kind), in whole blocks; 0 below 4 blocks."""
-    return whole_blocks(min(kv_rows // 16, 65536))
+    """Rows of the KV arena kept for the prefix cache: a sixteenth, up to `PREFIX_CACHE_MAX_ROWS`, in
+    whole blocks; 0 below 4 blocks."""
+    return whole_blocks(min(kv_rows // 16, PREFIX_CACHE_MAX_ROWS))
 
 
 def whole_blocks(rows: int) -> int:

@@ -29,6 +29,12 @@ ALIGNMENT = 16                                # each sequence's span in a bin is
 # waited its turn and cost a prefill step of its own (see engine/prefill_pacing.py).
 LATENCY_CAP_S = 0.5
 QUEUE_CAPACITY_TOKENS = 4 * GPU_TOKEN_BUDGET  # tokens waiting in the dispatcher before submit pushes back
+# Full bins of work in flight: one decodes while the next is packed (the KV arena's default size and
+# the records an offline run keeps in flight).
+FULL_BINS_IN_FLIGHT = 2
+# The prefix cache's rows at most when left to its default (a sixteenth of the arena): the heads of
+# telesum's prompts are ~350-900 tokens per record kind.
+PREFIX_CACHE_MAX_ROWS = 65536
 
 BUDGETS = ("token_budget", "max_seqs_per_bin", "kv_rows")
 

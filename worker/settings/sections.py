@@ -7,16 +7,18 @@ figures when it has them for the device, else the device defaults in `budgets.py
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 import msgspec
 
 from worker.settings.kafka import KafkaSettings
-from worker.settings.budgets import CPU_MAX_SEQS_PER_BIN, CPU_TOKEN_BUDGET, GPU_MAX_SEQS_PER_BIN, GPU_TOKEN_BUDGET
+from worker.settings.budgets import (CPU_MAX_SEQS_PER_BIN, CPU_TOKEN_BUDGET, GPU_MAX_SEQS_PER_BIN, GPU_TOKEN_BUDGET,
+                                     PREFIX_CACHE_MAX_ROWS)
 from worker.settings.fields import FieldSpec, MaskedRepr, SettingsError, opt, section_fields
 
 _Struct = dict(frozen=True, kw_only=True, forbid_unknown_fields=True)
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
+OverCap = Literal["select", "dead_letter"]  # what happens to a record over the per-record work cap
 
 
 class EngineSettings(MaskedRepr, msgspec.Struct, **_Struct):
@@ -51,19 +53,29 @@ class EngineSettings(MaskedRepr, msgspec.Struct, **_Struct):
                                                             "step-sized parts (see docs/streaming.md)")] = False
     prefix_cache_tokens: Annotated[PositiveInt | None, opt(
         "TELESUM_PREFIX_CACHE_TOKENS", "prompt tokens whose KV the prefix cache may hold, in KV rows kept "
-                                       "beside the slabs (auto: a sixteenth of the arena, at most 65536)")] = None
+                                       "beside the slabs (auto: a sixteenth of the arena, at most "
+                                       f"{PREFIX_CACHE_MAX_ROWS})")] = None
     max_record_tokens: Annotated[int, opt("TELESUM_MAX_RECORD_TOKENS",
                                           "per-record work cap in body tokens (0: none; else at least the "
                                           "context); see --over-cap", ge=0)] = 131072
-    over_cap: Annotated[Literal["select", "dead_letter"], opt(
+    over_cap: Annotated[OverCap, opt(
         "TELESUM_OVER_CAP", "a record over the work cap: 'select' summarises its head, tail and line-template "
                             "counts (stated in the Summary's `selection`), 'dead_letter' refuses it as too_long",
     )] = "select"
 
     def __post_init__(self) -> None:
-        if self.max_context and 0 < self.max_record_tokens < self.max_context:
+        self.work_cap(self.max_context or 0)  # unset: the model's context is checked when it is known
+
+    def work_cap(self, context: int) -> int | None:
+        """The per-record work cap in body tokens for a model of `context` tokens (None: no cap); the
+        one check of the cap and of the policy beyond it (SettingsError; a Struct built in code is not
+        type-checked)."""
+        if self.over_cap not in get_args(OverCap):
+            raise SettingsError(f"engine.over_cap must be one of {', '.join(get_args(OverCap))}; got {self.over_cap!r}")
+        if 0 < self.max_record_tokens < context:
             raise SettingsError(f"engine.max_record_tokens (--max-record-tokens, TELESUM_MAX_RECORD_TOKENS) must be "
-                                f"0 (no cap) or at least the context of {self.max_context}; got {self.max_record_tokens}")
+                                f"0 (no cap) or at least the context of {context}; got {self.max_record_tokens}")
+        return self.max_record_tokens or None
 
 
 class HttpSettings(MaskedRepr, msgspec.Struct, **_Struct):
