@@ -289,3 +289,52 @@ def test_free_text_takes_the_element_from_the_records_host_attribute_over_a_host
     labelled = _facts("text", body, attributes={"hostname": "edge-gw-12"})
     assert guessed.entity == "db-replica-7"  # the guess: a host-like word in the worst line
     assert labelled.entity == "edge-gw-12" and labelled.problem == guessed.problem
+
+
+# -- stndDefined 3GPP notifications: what happened, never a field's filler text -------------------
+@pytest.mark.parametrize("value, key, filler", [
+    ("additional text details", "additionalText", True), ("string", "additionalText", True),
+    ("href1", "href", True), ("xyz", "systemDN", True), ("specific problem", "specificProblem", True),
+    ("n/a", "additionalText", True), ("Fan 2 replaced, temperature back to normal", "additionalText", False),
+    ("lossOfSignal", "alarmName", False), ("Power amplifier output power degraded", "specificProblem", False),
+])
+def test_placeholder_texts_are_told_from_content(value, key, filler):
+    from worker.facts.ves_domains import is_placeholder
+
+    assert is_placeholder(value, key) is filler
+
+
+def _stnd(data, source="du-9"):
+    header = {"domain": "stndDefined", "eventName": "x", "sourceName": source, "startEpochMicrosec": 1761121509000000}
+    return _facts("ves", {"event": {"commonEventHeader": header, "stndDefinedFields": {"data": data}}})
+
+
+def test_stnd_alarm_with_only_filler_texts_names_its_probable_cause_and_object():
+    f = _stnd({"notificationType": "notifyNewAlarm", "perceivedSeverity": "MINOR", "specificProblem": "string",
+               "additionalText": "additional text details", "probableCause": "powerProblem",
+               "href": "https://x.example/FaultSupervisionMnS/v1/SubNetwork=1/ManagedElement=du-9/PowerSupply=1"})
+    assert (f.severity, f.problem) == ("minor", "power problem on PowerSupply=1")
+
+
+def test_stnd_new_alarm_without_severity_is_indeterminate_and_says_so():
+    f = _stnd({"notificationType": "notifyNewAlarm", "probableCause": "lossOfSignal"})
+    assert f.severity == "warning" and "INDETERMINATE" in f.details["perceivedSeverity"]
+
+
+def test_stnd_provisioning_without_an_object_says_so_and_quotes_real_text():
+    f = _stnd({"notificationType": "notifyMOICreation", "href": "href1", "additionalText": "cell added for the fair"})
+    assert f.problem == "MOI created (the notification names no object) (cell added for the fair)"
+
+
+def test_stnd_attribute_changes_as_a_name_value_list_and_an_unknown_type_in_words():
+    f = _stnd({"notificationType": "notifyMOIAttributeValueChanges", "objectInstance": "ManagedElement=du-9,Fan=1",
+               "attributeListValueChanges": {"attributeNameValuePairSet": [{"name": "speed", "value": 80}],
+                                             "oldAttributeNameValuePairSet": [{"name": "speed", "value": 40}]}})
+    assert f.problem == "MOI Fan=1 changed: speed 40 -> 80"
+    assert _stnd({"notificationType": "notifyThresholdCrossing"}).problem == "threshold crossing notification"
+
+
+def test_stnd_element_from_the_managed_object_when_the_header_names_none():
+    f = _stnd({"notificationType": "notifyHeartbeat", "systemDN": "xyz",
+               "href": "https://x/ProvMnS/v1/SubNetwork=1/ManagedElement=ru-3/HeartbeatControl=1"}, source=None)
+    assert (f.entity, f.problem) == ("ru-3", "heartbeat, element alive")

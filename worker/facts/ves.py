@@ -1,5 +1,6 @@
 """Facts from a VES 7.x body: one event, `{"event": ...}`, or an `eventList` batch where every event
-counts. Each domain's fields are read by `ves_domains`; any other domain by its header alone.
+counts. Each domain's fields are read by `ves_domains` (stndDefined by `ves_stnd`); any other domain
+by its header alone.
 
 Times come from `startEpochMicrosec` / `lastEpochMicrosec` read by magnitude: collectors in the
 field often put milliseconds (or seconds) there, which as microseconds would date the event 1970.
@@ -12,7 +13,8 @@ from collections import Counter
 from typing import Any
 
 from worker.facts.common import SEVERITY_RANK, SEVERITY_WEIGHT, clip, epoch_to_iso, epoch_unit, iso_utc, parse_iso
-from worker.facts.ves_domains import CPU_MAJOR, CPU_MINOR, READERS, REQUIRED_FAULT_FIELDS, VES_SEVERITY
+from worker.facts.ves_domains import CPU_MAJOR, CPU_MINOR, READERS as DOMAIN_READERS, REQUIRED_FAULT_FIELDS, VES_SEVERITY
+from worker.facts.ves_stnd import moi_dn, stnd_defined
 from worker.messages import Facts, ProblemGroup
 
 __all__ = ["CPU_MAJOR", "CPU_MINOR", "REQUIRED_FAULT_FIELDS", "REQUIRED_HEADER_FIELDS", "VES_SEVERITY",
@@ -25,6 +27,9 @@ REQUIRED_HEADER_FIELDS = (
 HEADER_DETAILS = ("domain", "eventName", "priority", "reportingEntityName", "eventType", "nfNamingCode",
                   "nfVendorName")
 PROBLEM_TEXT_GROUPS = 2
+
+
+READERS = {**DOMAIN_READERS, "stndDefined": stnd_defined}
 
 
 class VesError(ValueError):
@@ -98,7 +103,8 @@ def _one_event(event: dict) -> Facts:
     entity = header.get("sourceName") or header.get("reportingEntityName") or None
     if not entity and isinstance(event.get("stndDefinedFields"), dict):
         data = event["stndDefinedFields"].get("data")
-        entity = _last_rdn_value(data.get("systemDN", "")) if isinstance(data, dict) else None
+        if isinstance(data, dict):  # the system's DN, else the managed object's element
+            entity = _last_rdn_value(data.get("systemDN", "")) or _last_rdn_value(moi_dn(data) or "")
     first_seen, last_seen = _times(header, event, details)
     return Facts(
         entity=str(entity) if entity else None,

@@ -1,9 +1,9 @@
 """What each VES 7.x domain's fields say: (severity, problem, details) per event.
 
 fault, measurement, heartbeat, thresholdCrossingAlert, notification, pnfRegistration, stateChange,
-syslog, stndDefined carrying a 3GPP TS 28.532 alarm notification (`notifyNewAlarm`, ...), and
-perf3gpp (a PM file as ONAP's PM mapper publishes it; `ves_perf3gpp`).
-A domain not listed here is read by its header alone (see `ves.py`).
+syslog, and perf3gpp (a PM file as ONAP's PM mapper publishes it; `ves_perf3gpp`).
+stndDefined (3GPP notifications) is read by `ves_stnd`; a domain in neither is read by its header
+alone (see `ves.py`).
 
 The problem is the alarm: `specificProblem`, else the alarm's name, else `alarmCondition` /
 `probableCause`. An identifier in one of those fields (a neighbour cell id such as `Chn0001`, a
@@ -49,6 +49,28 @@ _CAMEL_NAME = re.compile(r"[a-z]+(?:[A-Z][a-z]+)+|(?:[A-Z][a-z]+){2,}")
 _SNAKE_NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[a-z][a-z0-9]*(?:_[a-z0-9]+)+")
 
 
+# Words of a field's filler text: an OpenAPI example or a simulator's default left in the event
+# ("additional text details", "string", "xyz"), never what happened.
+FILLER_WORDS = frozenset((
+    "additional", "details", "detail", "text", "info", "information", "string", "value", "values", "description",
+    "desc", "example", "sample", "test", "testing", "placeholder", "dummy", "here", "some", "any", "xyz", "abc",
+    "foo", "bar", "baz", "tbd", "todo", "na", "none", "null", "nil", "unknown", "undefined", "default", "lorem",
+    "ipsum", "dolor", "specific", "problem", "alarm", "href", "uri", "dn", "name", "data", "field", "notification",
+    "of", "the", "a", "an", "for", "to", "be", "filled", "in", "goes", "your", "my", "xxx", "yyy", "zzz"))
+
+
+def is_placeholder(value, key: str = "") -> bool:
+    """True when `value` is filler rather than content: every word of it is a filler word or a word
+    of its own field's name (`additionalText: "additional text details"`, `specificProblem:
+    "specific problem"`, `href: "href1"`), or it holds no letters at all."""
+    text = str(value).strip()
+    words = [w.lower() for w in re.findall(r"[A-Za-z]+", _CAMEL.sub(" ", text))]
+    if not words:
+        return True
+    own = {w.lower() for w in re.findall(r"[A-Za-z]+", _CAMEL.sub(" ", key))}
+    return all(len(w) == 1 or w in FILLER_WORDS or w in own for w in words)
+
+
 def _is_identifier(value: str) -> bool:
     """One token with a digit and at most one word in it (`Chn0001`, `NRCellDU=3`, `FM001`, but not
     `5G_link_failure`), or a notification type."""
@@ -63,7 +85,7 @@ def alarm_phrase(value) -> str | None:
     if not isinstance(value, (str, int, float)) or isinstance(value, bool):
         return None
     text = str(value).strip()
-    if _is_identifier(text):
+    if _is_identifier(text) or is_placeholder(text):
         return None
     if _CAMEL_NAME.fullmatch(text):
         return _CAMEL.sub(" ", text).lower()
@@ -82,7 +104,7 @@ def find_alarm(fields: dict, depth: int = 3) -> tuple[str, str] | None:
         for key, value in node.items():
             norm = str(key).replace("-", "").replace("_", "").lower()
             if norm in ALARM_KEYS and norm not in found:
-                phrase = alarm_phrase(value)
+                phrase = alarm_phrase(value) if not is_placeholder(value, str(key)) else None
                 if phrase:
                     found[norm] = phrase
             elif isinstance(value, dict):
@@ -242,36 +264,9 @@ def syslog(event: dict) -> Reading:
     return severity, fields.get("syslogMsg"), details, []
 
 
-def stnd_defined(event: dict) -> Reading:
-    """stndDefined: a 3GPP TS 28.532 alarm notification, or any other standard's payload by its type."""
-    fields = event.get("stndDefinedFields")
-    if not isinstance(fields, dict):
-        return None, None, {}, ["stndDefined event has no stndDefinedFields object"]
-    data = fields.get("data") if isinstance(fields.get("data"), dict) else {}
-    details = _str_fields(fields, ("schemaReference",))
-    details.update(_str_fields(data, ("notificationType", "alarmType", "probableCause", "systemDN", "alarmId",
-                                      "href", "eventTime")))
-    kind = str(data.get("notificationType", ""))
-    raw = str(data.get("perceivedSeverity", "")).upper()
-    severity = PERCEIVED_SEVERITY.get(raw)
-    errors = [f"unknown perceivedSeverity {data['perceivedSeverity']!r}"] if raw and severity is None else []
-    if raw:
-        details["perceivedSeverity"] = raw
-    alarm = find_alarm(data)
-    problem = alarm[1] if alarm else None
-    cause = alarm_phrase(data.get("probableCause"))
-    if problem and cause and cause != problem and alarm[0] != "probablecause":
-        problem = f"{problem} ({cause})"
-    if kind == "notifyClearedAlarm" or raw == "CLEARED":
-        severity, problem = "info", f"{problem or 'alarm'} cleared"
-    elif not problem and kind:
-        problem, severity = kind, severity or "info"
-    return severity, problem, details, errors
-
-
 READERS = {
     "fault": fault, "measurement": measurement, "measurementsForVfScaling": measurement,
     "heartbeat": heartbeat, "thresholdCrossingAlert": threshold_crossing, "notification": notification,
     "pnfRegistration": pnf_registration, "stateChange": state_change, "syslog": syslog,
-    "stndDefined": stnd_defined, "perf3gpp": perf3gpp,
+    "perf3gpp": perf3gpp,  # stndDefined: `ves_stnd` (it reads alarms with this module's rules)
 }
