@@ -15,7 +15,7 @@ PACKAGE = Path(worker.__file__).resolve().parent
 LAYERS: list[set[str]] = [
     {"_native", "messages", "settings"},         # types, settings, the compiled dispatcher
     {"dispatch", "facts", "model", "metrics"},
-    {"engine", "ops", "inputs"},
+    {"engine", "ops", "inputs", "incidents"},
     {"prompts", "probe", "kafka"},               # prompts own the sampling policy, so they sit above the engine
     {"preprocess", "long_inputs", "summary_assembly"},  # summary_assembly: a record's progress -> Summary
     {"long_records", "in_order", "result_collector"},  # a long record's pieces and merges; offline in-order

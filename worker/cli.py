@@ -29,6 +29,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "e2e": ("worker.benchmarks.e2e", "end-to-end records/s through a real broker and where the time goes"),
     "faults": ("worker.benchmarks.faults", "every input answered, duplicates and latency through SIGKILLs, "
                                            "a rebalance and a broker restart"),
+    "incidents": ("worker.benchmarks.incidents", "alarms grouped into incidents vs two baselines on a real alarm "
+                                                 "data set (--offline: in-process)"),
 }
 
 

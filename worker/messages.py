@@ -125,6 +125,46 @@ class DeadLetter(msgspec.Struct, frozen=True):
     key: str | None = None
 
 
+IncidentEventKind = Literal["open", "update", "resolve"]
+
+
+class RootCause(msgspec.Struct, frozen=True, omit_defaults=True):
+    """An incident's root-cause alarm and why it was chosen. `input` is the input it came from
+    ({topic, partition, offset} on Kafka); `rootCauseIndicator` as in 3GPP TS 32.111's Alarm IRP."""
+
+    element: str
+    alarm_type: str
+    time: str
+    reason: str
+    input: Any = None
+    rootCauseIndicator: bool = True
+
+
+class IncidentEvent(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One event of an incident (correlated alarms): `open` at once, `update`s batched, one `resolve`
+    (also when merged: `merged_into` names the incident that took its alarms). `inputs` lists the
+    inputs this event adds (every input is in exactly one incident's events); `correlatedNotifications`
+    (3GPP) those of them that are not the root cause. Times are the alarms' own, ISO UTC."""
+
+    event: IncidentEventKind
+    incident_id: str
+    sequence: int                      # 1 for the open, then one more per event: de-duplicates a replay
+    time: str                          # the event time at which this event was decided
+    root_cause: RootCause
+    summary: str                       # the grounded opening, written from the alarms, never by the model
+    grouping: str                      # "rules+topology", "topology", "rules" or "element+time"
+    elements: list[str]
+    counts: dict[str, int]             # alarms per type, repeats included
+    alarms: int
+    active: int                        # raised and not cleared
+    first_time: str
+    last_time: str
+    inputs: list[Any] = []
+    correlatedNotifications: list[Any] = []
+    merged_into: str | None = None
+    absorbed: list[str] = []           # incidents merged into this one since its last event
+
+
 class InvalidRecord(ValueError):
     """Raised by the input decoders (`worker.inputs`); `reason` is a stable code for the dead letter."""
 

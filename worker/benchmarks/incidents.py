@@ -1,0 +1,244 @@
+"""`telesum bench incidents --offline`: a real alarm data set replayed through the incidents room,
+side by side with two baselines.
+
+The data set (`Alarm.csv`, `Topology.npy`, `DAG.npy`; shared/data/alarms/README.md) is replayed in
+event-time order (ties in file order), devices named `dev-<id>`, types `A<id>`, the room's clock
+ticking as the worker's poll would (`advance` at every time the room has work due). Figures per
+grouping: incidents, alarms per incident, coherence (incidents whose elements form a connected
+subgraph of the topology), root-cause precision (incidents of two or more types whose root type is a
+DAG ancestor of every other type), the largest incident and whether one root explains it, the time
+from an incident's first alarm to its `open` event, and alarms/s. Baselines: per element with a
+300 s gap (Alertmanager's `group_by: [element]`), and same-or-adjacent elements within 60 s joined
+transitively (root: the earliest alarm, as for the room without rules). The room's parameters are
+its defaults (chosen by principle, docs/incidents.md), not fitted to this data set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from worker.incidents.alarms import Alarm
+from worker.incidents.config import RoomConfig
+from worker.incidents.convert import element_name, rule_pairs, topology_pairs, type_name
+from worker.incidents.graph import CauseRules, Topology
+from worker.incidents.room import IncidentRoom
+
+DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "alarms" / "25V_474N_Microwave"
+BIG_INCIDENT = 500
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--offline", action="store_true",
+                        help="replay through the room in-process (the only mode so far; the broker replay is to come)")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with Alarm.csv, Topology.npy, DAG.npy")
+    parser.add_argument("--out", type=Path, default=None, help="write results JSON here (and a .png beside it)")
+    parser.add_argument("--limit", type=int, default=0, help="replay only the first N alarms (0: all)")
+
+
+def load_alarms(folder: Path, limit: int = 0) -> np.ndarray:
+    """Alarm.csv as int64 rows (alarm_id, device_id, start, end), sorted by start time (stable)."""
+    rows = np.loadtxt(folder / "Alarm.csv", delimiter=",", skiprows=1, dtype=np.int64, ndmin=2)
+    rows = rows[np.argsort(rows[:, 2], kind="stable")]
+    return rows[:limit] if limit else rows
+
+
+def replay(config: RoomConfig, rows: np.ndarray) -> dict:
+    """Every alarm through one room; which incident each input ended in, the roots, open delays, rate."""
+    alarms = [Alarm(element_name(int(d)), type_name(int(a)), float(t), input=i)
+              for i, (a, d, t) in enumerate(rows[:, :3].tolist())]
+    room = IncidentRoom(config)
+    owner: dict[int, str] = {}
+    merged: dict[str, str] = {}
+    root: dict[str, str] = {}
+    first: dict[str, float] = {}
+    open_delay: list[float] = []
+    events = 0
+
+    def take(batch) -> None:
+        nonlocal events
+        for event in batch:
+            events += 1
+            for i in event.inputs:
+                owner[i] = event.incident_id
+            root[event.incident_id] = event.root_cause.alarm_type
+            if event.event == "open":
+                first[event.incident_id] = alarms[event.inputs[0]].time
+                open_delay.append(dt.datetime.fromisoformat(event.time).timestamp() - alarms[event.inputs[0]].time)
+            if event.merged_into:
+                merged[event.incident_id] = event.merged_into
+
+    start = time.perf_counter()
+    for alarm in alarms:
+        while (due := room.next_due()) is not None and due < alarm.time:
+            take(room.advance(due))
+        take(room.add(alarm))
+    take(room.close())
+    seconds = time.perf_counter() - start
+
+    def final(incident_id: str) -> str:
+        while incident_id in merged:
+            incident_id = merged[incident_id]
+        return incident_id
+
+    groups = [final(owner[i]) for i in range(len(alarms))]
+    return {"groups": groups, "roots": {g: root[g] for g in set(groups)}, "seconds": seconds,
+            "events": events, "open_delay_s": open_delay, "merged": len(merged)}
+
+
+def baseline_per_element(rows: np.ndarray, gap_s: float) -> dict:
+    """Alertmanager-style: per element, a new group after `gap_s` of silence; root = earliest alarm."""
+    last: dict[int, tuple[float, int]] = {}
+    groups, roots, n = [], {}, 0
+    for a, d, t in rows[:, :3].tolist():
+        held = last.get(d)
+        if held is None or t - held[0] > gap_s:
+            held = (t, n)
+            roots[n] = type_name(a)
+            n += 1
+        last[d] = (t, held[1])
+        groups.append(held[1])
+    return {"groups": groups, "roots": roots}
+
+
+def baseline_adjacent(rows: np.ndarray, topology: np.ndarray, window_s: float) -> dict:
+    """Same or adjacent elements within `window_s`, joined transitively (union-find); root = earliest."""
+    neighbours = [np.nonzero(topology[i])[0].tolist() for i in range(topology.shape[0])]
+    parent = list(range(len(rows)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    last: dict[int, tuple[float, int]] = {}
+    for i, (_, d, t) in enumerate(rows[:, :3].tolist()):
+        for e in [d, *neighbours[d]]:
+            held = last.get(e)
+            if held is not None and t - held[0] <= window_s:
+                a, b = find(i), find(held[1])
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
+        last[d] = (t, i)
+    groups = [find(i) for i in range(len(rows))]
+    roots = {}
+    for i, g in enumerate(groups):  # rows are in time order: the first seen is the earliest
+        roots.setdefault(g, type_name(int(rows[i, 0])))
+    return {"groups": groups, "roots": roots}
+
+
+def figures(result: dict, rows: np.ndarray, topology: Topology, rules: CauseRules) -> dict:
+    """The figures of one grouping (its `groups`: one incident id per alarm, `roots`: id -> root type)."""
+    members: dict = {}
+    for i, g in enumerate(result["groups"]):
+        members.setdefault(g, []).append(i)
+    sizes = np.array([len(m) for m in members.values()])
+    connected = multi = precise = 0
+    big = []
+    for g, idx in members.items():
+        elements = {element_name(int(rows[i, 1])) for i in idx}
+        types = {type_name(int(rows[i, 0])) for i in idx}
+        connected += topology.is_connected(elements)
+        explained = rules.explains(result["roots"][g], types)
+        if len(types) >= 2:
+            multi += 1
+            precise += explained
+        if len(idx) > BIG_INCIDENT:
+            big.append({"alarms": len(idx), "elements": len(elements), "types": len(types),
+                        "root": result["roots"][g], "root_explains_all": bool(explained)})
+    out = {
+        "incidents": len(members),
+        "alarms_per_incident": round(len(rows) / len(members), 2),
+        "median_alarms": float(np.median(sizes)),
+        "single_alarm_incidents": int((sizes == 1).sum()),
+        "coherence": round(connected / len(members), 4),
+        "multi_type_incidents": multi,
+        "root_cause_precision": round(precise / multi, 4) if multi else None,
+        "largest_incident": int(sizes.max()),
+        "incidents_over_500": big,
+        "incidents_over_500_unexplained": sum(1 for b in big if not b["root_explains_all"]),
+    }
+    if "seconds" in result:
+        delays = np.array(result["open_delay_s"])
+        out.update({
+            "alarms_per_s": round(len(rows) / result["seconds"], 1),
+            "seconds": round(result["seconds"], 3),
+            "events": result["events"],
+            "merges": result["merged"],
+            "open_delay_s": {"p50": round(float(np.percentile(delays, 50)), 3),
+                             "p99": round(float(np.percentile(delays, 99)), 3),
+                             "max": round(float(delays.max()), 3)},
+        })
+    return out
+
+
+def chart(results: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(results)
+    panels = [("alarms_per_incident", "alarms per incident", 15), ("coherence", "coherence", 0.95),
+              ("root_cause_precision", "root-cause precision", 0.9), ("largest_incident", "largest incident", 500)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.2))
+    for ax, (key, title, goal) in zip(axes, panels):
+        values = [results[n][key] or 0 for n in names]
+        ax.bar(range(len(names)), values, color=["#2b6cb0", "#63b3ed", "#a0aec0", "#cbd5e0", "#e2e8f0"][:len(names)])
+        ax.axhline(goal, color="#c53030", linestyle="--", linewidth=1, label=f"goal / bound {goal}")
+        ax.set_xticks(range(len(names)), [n.replace(" ", "\n", 1) for n in names], fontsize=7)
+        ax.set_title(title)
+        for i, v in enumerate(values):
+            ax.text(i, v, f"{v:g}", ha="center", va="bottom", fontsize=7)
+        ax.legend(fontsize=7)
+    fig.suptitle("incidents on 25V_474N_Microwave (telesum bench incidents --offline)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.offline:
+        print("only --offline exists so far: the replay through a real broker comes with the Kafka wiring",
+              file=sys.stderr)
+        return 2
+    rows = load_alarms(args.data, args.limit)
+    topology_matrix = np.load(args.data / "Topology.npy")
+    topology = Topology(topology_pairs(topology_matrix))
+    rules = CauseRules(rule_pairs(np.load(args.data / "DAG.npy")))
+    results = {
+        "room: topology + rules": figures(replay(RoomConfig(topology=topology, rules=rules), rows),
+                                          rows, topology, rules),
+        "room: topology only": figures(replay(RoomConfig(topology=topology), rows), rows, topology, rules),
+        "room: topology only, earliest root": figures(replay(RoomConfig(topology=topology, learn_causes=False), rows),
+                                                      rows, topology, rules),
+        "per element, 300 s gap": figures(baseline_per_element(rows, 300.0), rows, topology, rules),
+        "adjacent within 60 s": figures(baseline_adjacent(rows, topology_matrix, 60.0), rows, topology, rules),
+    }
+    defaults = RoomConfig()
+    report = {
+        "command": "telesum bench incidents --offline" + (f" --limit {args.limit}" if args.limit else "")
+                   + (f" --out {args.out}" if args.out else ""),
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "data": str(args.data.name), "alarms": len(rows), "elements": len(topology),
+        "links": topology.num_links, "rules": len(rules),
+        "room_defaults": {k: getattr(defaults, k) for k in ("late_s", "window_s", "link_hops", "max_hops",
+                                                            "idle_s", "update_interval_s")},
+        "results": results,
+    }
+    text = json.dumps(report, indent=2) + "\n"
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+        chart(results, args.out.with_suffix(".png"))
+    print(text, end="")
+    return 0

@@ -1,0 +1,66 @@
+"""An incident's grounded one-line opening, written from its alarms (never by the model), and its event."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from worker.incidents.alarms import Alarm
+from worker.incidents.incident import Incident
+from worker.messages import IncidentEvent, IncidentEventKind, RootCause
+
+_TYPES_SHOWN = 3
+
+
+def iso(time: float) -> str:
+    return datetime.fromtimestamp(time, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _clock(time: float) -> str:
+    return datetime.fromtimestamp(time, tz=timezone.utc).strftime("%H:%M UTC")
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def summary_line(incident: Incident, root: Alarm, reason: str, kind: IncidentEventKind,
+                 merged_into: str | None, now: float) -> str:
+    """'dev-117: A3 and 2 more types on 12 elements, 43 alarms since 03:14 UTC; root cause A3 on dev-117
+    (rule: A3 causes A7, A9; upstream, earliest)'."""
+    others = [t for t, _ in incident.counts.most_common() if t != root.alarm_type]
+    kinds = root.alarm_type
+    if others:
+        shown = ", ".join(others[:_TYPES_SHOWN])
+        more = f" and {len(others) - _TYPES_SHOWN} more" if len(others) > _TYPES_SHOWN else ""
+        kinds += f" with {shown}{more}"
+    n_el = len(incident.elements)
+    where = f" on {n_el} elements" if n_el > 1 else ""
+    line = (f"{root.element}: {kinds}{where}, {incident.alarms} alarm{'s' if incident.alarms != 1 else ''} "
+            f"since {_clock(incident.first_time)}; root cause {root.alarm_type} on {root.element} ({reason})")
+    if kind == "resolve":
+        if merged_into:
+            line += f"; merged into {merged_into}"
+        elif incident.all_cleared():
+            line += f"; all alarms cleared, resolved after {_duration(incident.last_time - incident.first_time)}"
+        else:
+            line += f"; quiet since {_clock(incident.last_time)}, resolved"
+    return line
+
+
+def build_event(incident: Incident, root: Alarm, reason: str, grouping: str, kind: IncidentEventKind,
+                inputs: list[Any], absorbed: list[str], now: float, merged_into: str | None = None) -> IncidentEvent:
+    root_input = root.input
+    correlated = [i for i in inputs if i is not root_input and i != root_input]
+    return IncidentEvent(
+        event=kind, incident_id=incident.incident_id, sequence=incident.sequence, time=iso(now),
+        root_cause=RootCause(root.element, root.alarm_type, iso(root.time), reason, root_input),
+        summary=summary_line(incident, root, reason, kind, merged_into, now), grouping=grouping,
+        elements=sorted(incident.elements), counts=dict(incident.counts), alarms=incident.alarms,
+        active=incident.active, first_time=iso(incident.first_time), last_time=iso(incident.last_time),
+        inputs=inputs, correlatedNotifications=correlated, merged_into=merged_into, absorbed=absorbed)
