@@ -338,3 +338,32 @@ def test_stnd_element_from_the_managed_object_when_the_header_names_none():
     f = _stnd({"notificationType": "notifyHeartbeat", "systemDN": "xyz",
                "href": "https://x/ProvMnS/v1/SubNetwork=1/ManagedElement=ru-3/HeartbeatControl=1"}, source=None)
     assert (f.entity, f.problem) == ("ru-3", "heartbeat, element alive")
+
+
+# -- PM reports say what they are and what was checked ------------------------------------------
+def test_pm_report_without_a_known_kpi_claims_no_check():
+    body = MEAS_DATA_FILE.replace("RRC.ConnEstabAtt.Sum", "DRB.UEThpDl").replace("RRC.ConnEstabSucc.Sum", "DRB.UEThpUl")
+    f = _facts("pm", body)
+    assert f.severity == "info" and "normal" not in f.problem
+    assert f.problem == ("PM report of 2 counters (DRB.UEThpDl, DRB.UEThpUl) on 1 measured object, 900 s period; "
+                         "no known KPI computed from these counters")
+
+
+def test_pm_report_with_a_computed_kpi_names_it_and_what_was_not_checked():
+    f = _facts("pm", MEAS_DATA_FILE)
+    assert f.problem == "RRC setup success rate 99.0%: KPIs within normal range"
+    extra = MEAS_DATA_FILE.replace('<measType p="2">RRC.ConnEstabSucc.Sum</measType>',
+                                   '<measType p="2">RRC.ConnEstabSucc.Sum</measType><measType p="3">PEE.Energy</measType>'
+                                   ).replace('<r p="2">99</r>', '<r p="2">99</r><r p="3">7</r>')
+    assert _facts("pm", extra).problem.endswith("KPIs within normal range; 1 other counter not checked")
+
+
+@pytest.mark.parametrize("att, succ, label", [
+    ("MM.HoExeIntraReq", "MM.HoExeIntraSucc", "intra-gNB handover success rate"),
+    ("RM.RegInitReq", "RM.RegInitSucc", "initial registration success rate"),
+    ("SM.PduSessionCreationReq.snssai1", "SM.PduSessionCreationSucc.snssai1", "PDU session setup success rate"),
+])
+def test_pm_28552_kpis_are_computed_from_their_counters(att, succ, label):
+    body = MEAS_DATA_FILE.replace("RRC.ConnEstabAtt.Sum", att).replace("RRC.ConnEstabSucc.Sum", succ)
+    f = _facts("pm", body.replace('<r p="2">99</r>', '<r p="2">70</r>'))
+    assert (f.severity, f.problem) == ("major", f"low {label} 70.0% on NRCellCU=4")

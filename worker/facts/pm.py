@@ -97,12 +97,14 @@ def parse(text: str, file_name: PmFileName | None = None) -> Facts:
     totals: dict[str, float] = defaultdict(float)
     elements: list[str] = []
     period, last_seen, suspects = None, None, 0
+    jobs: dict[str, None] = {}  # the PM jobs that collected the file's measurements, in order
     for block in blocks:
         node = next((n for n in block.iter() if _local(n.tag) in ELEMENT_NODES), None)
         element = (_element_of(node) if node is not None else None) or sender_name or None
         if element and element not in elements:
             elements.append(element)
         for info in (n for n in block.iter() if _local(n.tag) == "measInfo"):
+            jobs.update({j.get("jobId"): None for j in _children(info, "job") if j.get("jobId")})
             gran = next(iter(_children(info, "granPeriod")), None)
             if gran is not None:
                 period = period or _period_seconds(gran.get("duration"))
@@ -143,6 +145,8 @@ def parse(text: str, file_name: PmFileName | None = None) -> Facts:
         details[name] = f"{totals[name]:g}"
     if suspects:
         details["suspectObjects"] = str(suspects)
+    if jobs:
+        details["pmJobs"] = ", ".join(list(jobs)[:4])
     entity = worst_element or (elements[0] if elements else sender_name or (file_name.element if file_name else None))
     last_seen = file_end or last_seen
     if file_name is not None:

@@ -13,7 +13,13 @@ RATIOS = (
     ("E-RAB setup success rate", "ERAB.EstabInitAttNbr", "ERAB.EstabInitSuccNbr", 98.0, 90.0),
     ("DRB setup success rate", "DRB.EstabAtt", "DRB.EstabSucc", 98.0, 90.0),
     ("handover success rate", "HO.ExeAtt", "HO.ExeSucc", 95.0, 85.0),
+    # TS 28.552 (5GC and NR): appended, so the indices above stay what the samples use
+    ("intra-gNB handover success rate", "MM.HoExeIntraReq", "MM.HoExeIntraSucc", 95.0, 85.0),
+    ("inter-gNB handover success rate", "MM.HoExeInterReq", "MM.HoExeInterSucc", 95.0, 85.0),
+    ("initial registration success rate", "RM.RegInitReq", "RM.RegInitSucc", 98.0, 90.0),
+    ("PDU session setup success rate", "SM.PduSessionCreationReq", "SM.PduSessionCreationSucc", 98.0, 90.0),
 )
+MAX_COUNTERS_NAMED = 3
 
 
 class PmError(ValueError):
@@ -52,11 +58,15 @@ def assess(per_object: dict[tuple[str | None, str], dict[str, float]], totals: d
     each success rate goes into `details`. Shared by PM files and VES perf3gpp events."""
     several = len(elements) > 1
     findings: list[tuple[int, str, str | None]] = []  # (0 major / 1 minor, text, element)
+    computed: list[str] = []  # `RRC setup success rate 99.2%`
+    used: set[str] = set()    # the counters those KPIs were computed from
     for label, att, succ, minor_below, major_below in RATIOS:
         total_att, total_succ = _sum_counter(totals, att), _sum_counter(totals, succ)
         if not total_att:
             continue
         details[label] = f"{100.0 * (total_succ or 0) / total_att:.1f}%"
+        computed.append(f"{label} {details[label]}")
+        used.update(k for k in totals if any(k == p or k.startswith(p + ".") for p in (att, succ)))
         rates = [(100.0 * (_sum_counter(c, succ) or 0) / a, key) for key, c in per_object.items()
                  if (a := _sum_counter(c, att))]
         worst_rate, (worst_element, worst_obj) = min(rates, key=lambda r: r[0])
@@ -65,8 +75,26 @@ def assess(per_object: dict[tuple[str | None, str], dict[str, float]], totals: d
             findings.append((0 if worst_rate < major_below else 1, f"low {label} {worst_rate:.1f}% on {where}",
                              worst_element))
     if not findings:
-        return "info", "KPIs within normal range" + (f" on all {len(elements)} managed elements" if several
-                                                     else ""), None
+        return "info", _report(computed, [k for k in totals if k not in used], len(per_object), elements,
+                               details), None
     findings.sort(key=lambda f: f[0])
     severity = "major" if findings[0][0] == 0 else "minor"
     return severity, "; ".join(text for level, text, _ in findings if level == findings[0][0]), findings[0][2]
+
+
+def _report(computed: list[str], unchecked: list[str], objects: int, elements: list[str],
+            details: dict[str, str]) -> str:
+    """What a report without a finding is and what was checked: the KPIs computed from its counters
+    and within range, or, when it holds none of the counters a known KPI needs, its counters,
+    measured objects and period, and that no known KPI was computed."""
+    where = f" on all {len(elements)} managed elements" if len(elements) > 1 else ""
+    if computed:
+        rest = f"; {len(unchecked)} other counter{'s' if len(unchecked) > 1 else ''} not checked" if unchecked else ""
+        return ", ".join(computed) + f": KPIs within normal range{where}" + rest
+    named = ", ".join(unchecked[:MAX_COUNTERS_NAMED]) + (
+        f" and {len(unchecked) - MAX_COUNTERS_NAMED} more" if len(unchecked) > MAX_COUNTERS_NAMED else "")
+    count = f"{len(unchecked)} counter{'s' if len(unchecked) > 1 else ''}"
+    scope = f"{objects} measured object{'s' if objects != 1 else ''}" + (
+        f" of {len(elements)} managed elements" if len(elements) > 1 else "")
+    period = f", {details['granularityPeriod']} period" if details.get("granularityPeriod") else ""
+    return f"PM report of {count} ({named}) on {scope}{period}; no known KPI computed from these counters"
