@@ -50,8 +50,7 @@ PYBIND11_MODULE(_native, m) {
              py::arg("queue_capacity_tokens") = DispatcherConfig{}.queue_capacity_tokens, py::arg("pad_id") = 0,
              py::arg("latency_cap_s") = DispatcherConfig{}.latency_cap_s, py::arg("adaptive") = true)
         .def("add_slot", &PyDispatcher::add_slot, py::arg("input_ids"), py::arg("position_ids"),
-             py::arg("cu_seqlens"), py::arg("seq_ids"), py::arg("seq_lens"), py::arg("last_token_index"),
-             py::arg("max_new_tokens"))
+             py::arg("cu_seqlens"), py::arg("seq_ids"), py::arg("seq_lens"), py::arg("last_token_index"))
         .def("start", &PyDispatcher::start)
         .def("submit", &PyDispatcher::submit, py::arg("seq_id"), py::arg("tokens"), py::arg("max_new_tokens"))
         .def("submit_many", &PyDispatcher::submit_many, py::arg("seq_ids"), py::arg("tokens"),

@@ -66,7 +66,7 @@ double Dispatcher::now_s() const { return std::chrono::duration<double>(Clock::n
 
 int Dispatcher::add_slot(const SlotBuffers& b) {
     if (!b.input_ids || !b.position_ids || !b.cu_seqlens || !b.seq_ids || !b.seq_lens ||
-        !b.last_token_index || !b.max_new_tokens) {
+        !b.last_token_index) {
         throw std::invalid_argument("slot buffers must all be non-null");
     }
     std::lock_guard<std::mutex> lk(mu_);
@@ -137,7 +137,7 @@ size_t Dispatcher::submit_many(const SubmitItem* items, size_t n) {
     thread_local std::vector<Pending> copies;  // reused: no allocation per call
     copies.clear();
     for (size_t i = 0; i < n; ++i) {
-        copies.push_back({items[i].seq_id, items[i].len, items[i].max_new_tokens, 0.0, pool_.acquire(items[i].len)});
+        copies.push_back({items[i].seq_id, items[i].len, 0.0, pool_.acquire(items[i].len)});
         std::memcpy(copies.back().tokens.data, items[i].tokens, static_cast<size_t>(items[i].len) * sizeof(int32_t));
     }
     std::unique_lock<std::mutex> lk(mu_);

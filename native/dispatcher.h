@@ -64,7 +64,6 @@ struct SlotBuffers {
     int64_t* seq_ids = nullptr;           // [max_seqs_per_bin]
     int32_t* seq_lens = nullptr;          // [max_seqs_per_bin]
     int32_t* last_token_index = nullptr;  // [max_seqs_per_bin]
-    int32_t* max_new_tokens = nullptr;    // [max_seqs_per_bin]
 };
 
 struct BinInfo {
@@ -107,7 +106,8 @@ public:
 
     // Copies `len` tokens and queues them. Raises NotStartedError, ClosedError, BackpressureError
     // (queue full: retry later), SequenceTooLongError (aligned span > token_budget),
-    // std::invalid_argument (empty sequence, negative max_new_tokens). Never blocks. Thread-safe.
+    // std::invalid_argument (empty sequence, negative max_new_tokens). `max_new_tokens` is checked,
+    // not carried into the bin: the engine holds each sequence's limit. Never blocks. Thread-safe.
     void submit(int64_t seq_id, const int32_t* tokens, int64_t len, int64_t max_new_tokens);
     struct SubmitItem {
         int64_t seq_id;
@@ -143,7 +143,6 @@ private:
     struct Pending {
         int64_t seq_id;
         int64_t len;
-        int64_t max_new_tokens;
         double arrival_s;
         TokenPool::Block tokens;  // the submit-time copy, read once into a slot, then given back
     };

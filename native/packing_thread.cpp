@@ -163,7 +163,6 @@ void Dispatcher::write_bin(size_t bin, int slot, BinInfo& info) const {
         s.seq_ids[k] = p.seq_id;
         s.seq_lens[k] = static_cast<int32_t>(p.len);
         s.last_token_index[k] = static_cast<int32_t>(pos + p.len - 1);
-        s.max_new_tokens[k] = static_cast<int32_t>(p.max_new_tokens);
         pos += span;
         real += p.len;
         s.cu_seqlens[k + 1] = static_cast<int32_t>(pos);

@@ -122,7 +122,7 @@ PyDispatcher::~PyDispatcher() {
 }
 
 int PyDispatcher::add_slot(py::object input_ids, py::object position_ids, py::object cu_seqlens, py::object seq_ids,
-                           py::object seq_lens, py::object last_token_index, py::object max_new_tokens) {
+                           py::object seq_lens, py::object last_token_index) {
     const DispatcherConfig& c = dispatcher_->config();
     std::vector<py::object> refs;
     SlotBuffers b;
@@ -132,7 +132,6 @@ int PyDispatcher::add_slot(py::object input_ids, py::object position_ids, py::ob
     b.seq_ids = slot_array<int64_t>(seq_ids, "seq_ids", c.max_seqs_per_bin, refs);
     b.seq_lens = slot_array<int32_t>(seq_lens, "seq_lens", c.max_seqs_per_bin, refs);
     b.last_token_index = slot_array<int32_t>(last_token_index, "last_token_index", c.max_seqs_per_bin, refs);
-    b.max_new_tokens = slot_array<int32_t>(max_new_tokens, "max_new_tokens", c.max_seqs_per_bin, refs);
     const int slot = dispatcher_->add_slot(b);
     slot_refs_.insert(slot_refs_.end(), refs.begin(), refs.end());
     return slot;

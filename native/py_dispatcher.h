@@ -21,11 +21,10 @@ public:
     explicit PyDispatcher(const DispatcherConfig& config);
     ~PyDispatcher();  // joins the packing thread (it never takes the GIL, so holding it is safe)
 
-    // Registers one slot from seven writable, C-contiguous buffers (int32 except seq_ids int64).
+    // Registers one slot from six writable, C-contiguous buffers (int32 except seq_ids int64).
     // Raises TypeError (dtype) / ValueError (shape, read-only, not contiguous). Before start().
     int add_slot(pybind11::object input_ids, pybind11::object position_ids, pybind11::object cu_seqlens,
-                 pybind11::object seq_ids, pybind11::object seq_lens, pybind11::object last_token_index,
-                 pybind11::object max_new_tokens);
+                 pybind11::object seq_ids, pybind11::object seq_lens, pybind11::object last_token_index);
     void start();
     // `tokens`: a 1-D int32 buffer (numpy array). TypeError otherwise; ValueError if not 1-D.
     void submit(int64_t seq_id, pybind11::handle tokens, int64_t max_new_tokens);

@@ -39,13 +39,13 @@ class PackedBin:
     seq_ids: torch.Tensor           # int64 [num_seqs]
     seq_lens: torch.Tensor          # int32 [num_seqs], real (unpadded) lengths
     last_token_index: torch.Tensor  # int32 [num_seqs], index of each sequence's last real token
-    max_new_tokens: torch.Tensor    # int32 [num_seqs]
     num_real_tokens: int
 
 
 @dataclass(frozen=True)
 class DeviceBin:
-    """A bin's arrays on the target device, same dtypes as PackedBin (int32; seq_ids int64).
+    """A bin's arrays on the target device (int32). Its sequence ids stay on the host: the engine reads
+    them from the slot before the copy.
 
     `ready` is the event recorded after the copy on the side stream; to_device has already made
     the current (compute) stream wait for it. None on CPU.
@@ -54,10 +54,8 @@ class DeviceBin:
     input_ids: torch.Tensor         # int32 [num_tokens]
     position_ids: torch.Tensor      # int32 [num_tokens]
     cu_seqlens: torch.Tensor        # int32 [num_seqs + 1]
-    seq_ids: torch.Tensor           # int64 [num_seqs]
     seq_lens: torch.Tensor          # int32 [num_seqs]
     last_token_index: torch.Tensor  # int32 [num_seqs]
-    max_new_tokens: torch.Tensor    # int32 [num_seqs]
     num_real_tokens: int
     ready: torch.cuda.Event | None
 
@@ -70,7 +68,6 @@ class _Slot:
     seq_ids: torch.Tensor           # int64 [max_seqs_per_bin]
     seq_lens: torch.Tensor          # int32 [max_seqs_per_bin]
     last_token_index: torch.Tensor  # int32 [max_seqs_per_bin]
-    max_new_tokens: torch.Tensor    # int32 [max_seqs_per_bin]
 
     @classmethod
     def allocate(cls, token_budget: int, max_seqs: int, pin: bool) -> "_Slot":
@@ -79,7 +76,7 @@ class _Slot:
 
         return cls(empty(token_budget, torch.int32), empty(token_budget, torch.int32),
                    empty(max_seqs + 1, torch.int32), empty(max_seqs, torch.int64),
-                   empty(max_seqs, torch.int32), empty(max_seqs, torch.int32), empty(max_seqs, torch.int32))
+                   empty(max_seqs, torch.int32), empty(max_seqs, torch.int32))
 
 
 class BinDispatcher:
@@ -99,8 +96,7 @@ class BinDispatcher:
         self._slots = [_Slot.allocate(token_budget, max_seqs_per_bin, pin) for _ in range(num_slots)]
         for s in self._slots:
             self._native.add_slot(s.input_ids.numpy(), s.position_ids.numpy(), s.cu_seqlens.numpy(),
-                                  s.seq_ids.numpy(), s.seq_lens.numpy(), s.last_token_index.numpy(),
-                                  s.max_new_tokens.numpy())
+                                  s.seq_ids.numpy(), s.seq_lens.numpy(), s.last_token_index.numpy())
         self._copy_streams: dict[torch.device, torch.cuda.Stream] = {}
         self._reaper: threading.Thread | None = None
         self._in_flight: queue.SimpleQueue = queue.SimpleQueue()  # (event, slot) awaiting release
@@ -148,7 +144,7 @@ class BinDispatcher:
         s = self._slots[slot]
         return PackedBin(slot, s.input_ids[:num_tokens], s.position_ids[:num_tokens],
                          s.cu_seqlens[:num_seqs + 1], s.seq_ids[:num_seqs], s.seq_lens[:num_seqs],
-                         s.last_token_index[:num_seqs], s.max_new_tokens[:num_seqs], num_real)
+                         s.last_token_index[:num_seqs], num_real)
 
     def to_device(self, bin: PackedBin, device: torch.device | str) -> DeviceBin:
         """Copies a bin to `device` and hands its slot back once the copy has finished.
@@ -158,8 +154,7 @@ class BinDispatcher:
         releases at once. Either way `bin` must not be used afterwards. Thread-safe.
         """
         device = torch.device(device)
-        fields = (bin.input_ids, bin.position_ids, bin.cu_seqlens, bin.seq_ids, bin.seq_lens,
-                  bin.last_token_index, bin.max_new_tokens)
+        fields = (bin.input_ids, bin.position_ids, bin.cu_seqlens, bin.seq_lens, bin.last_token_index)
         if device.type != "cuda":
             copies = [t.to(device, copy=True) for t in fields]
             self.release(bin.slot)

@@ -23,7 +23,6 @@ class FakeBin:
     seq_ids: torch.Tensor
     seq_lens: torch.Tensor
     last_token_index: torch.Tensor
-    max_new_tokens: torch.Tensor
     num_real_tokens: int
 
 
@@ -79,8 +78,7 @@ class FakeDispatcher:
         self.bins_emitted.append([s for s, _, _ in taken])
         i32 = lambda xs: torch.tensor(xs, dtype=torch.int32)  # noqa: E731
         return FakeBin(0, i32(ids), i32(pos), i32(cu), torch.tensor([s for s, _, _ in taken]),
-                       i32([len(t) for _, t, _ in taken]), i32(last), i32([m for _, _, m in taken]),
-                       sum(len(t) for _, t, _ in taken))
+                       i32([len(t) for _, t, _ in taken]), i32(last), sum(len(t) for _, t, _ in taken))
 
     def to_device(self, bin, device):
         return bin

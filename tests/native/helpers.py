@@ -34,12 +34,11 @@ def copy_bin(b) -> dict[str, np.ndarray]:
         "seq_ids": b.seq_ids.numpy().copy(),
         "seq_lens": b.seq_lens.numpy().copy(),
         "last_token_index": b.last_token_index.numpy().copy(),
-        "max_new_tokens": b.max_new_tokens.numpy().copy(),
         "num_real_tokens": b.num_real_tokens,
     }
 
 
-def check_bin(b: dict, seqs: dict[int, np.ndarray], max_new: dict[int, int], *, token_budget: int,
+def check_bin(b: dict, seqs: dict[int, np.ndarray], *, token_budget: int,
               alignment: int, pad_id: int = 0) -> None:
     """Asserts one bin's layout: spans tile the bin without overlap, tokens/positions/indices right."""
     cu = b["cu_seqlens"]
@@ -54,4 +53,3 @@ def check_bin(b: dict, seqs: dict[int, np.ndarray], max_new: dict[int, int], *, 
         assert np.all(b["input_ids"][start + n:end] == pad_id)
         np.testing.assert_array_equal(b["position_ids"][start:end], np.arange(end - start))
         assert b["last_token_index"][k] == start + n - 1
-        assert b["max_new_tokens"][k] == max_new[sid]

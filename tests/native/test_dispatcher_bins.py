@@ -37,7 +37,7 @@ def test_dispatcher_random_sequences_each_lands_once_intact(make_dispatcher, len
     seen = [sid for b in bins for sid in b["seq_ids"].tolist()]
     assert sorted(seen) == sorted(seqs)
     for b in bins:
-        check_bin(b, seqs, max_new, token_budget=budget, alignment=alignment, pad_id=-1)
+        check_bin(b, seqs, token_budget=budget, alignment=alignment, pad_id=-1)
     stats = d.stats()
     assert stats["sequences_packed"] == len(seqs) and stats["bins"] == len(bins)
     assert stats["pad_tokens"] == sum(len(b["input_ids"]) - b["num_real_tokens"] for b in bins)
@@ -90,7 +90,7 @@ def test_dispatcher_list_and_tensor_tokens_accepted(make_dispatcher) -> None:
     d.submit(2, torch.tensor([8, 9], dtype=torch.int32), 1)
     bins = drain(d)
     got = {sid: b for b in bins for sid in b["seq_ids"].tolist()}
-    check_bin(got[1], {1: np.array([5, 6, 7]), 2: np.array([8, 9])}, {1: 1, 2: 1},
+    check_bin(got[1], {1: np.array([5, 6, 7]), 2: np.array([8, 9])},
               token_budget=256, alignment=16)
 
 
@@ -114,7 +114,7 @@ def test_dispatcher_submit_many_queues_prefix_that_fits(make_dispatcher) -> None
     bins = drain(d)
     assert sorted(s for b in bins for s in b["seq_ids"].tolist()) == [0, 1]
     for b in bins:
-        check_bin(b, seqs, {i: 5 for i in seqs}, token_budget=256, alignment=16)
+        check_bin(b, seqs, token_budget=256, alignment=16)
 
 
 def test_dispatcher_oldest_short_sequence_makes_next_bin_while_long_ones_keep_coming(make_dispatcher) -> None:

@@ -93,7 +93,7 @@ def test_dispatcher_fewer_than_two_slots_refused() -> None:
         BinDispatcher(256, num_slots=1, pin_memory=False)
     native = _native.Dispatcher(token_budget=256)
     s = [np.zeros(256, np.int32), np.zeros(256, np.int32), np.zeros(1025, np.int32),
-         np.zeros(1024, np.int64)] + [np.zeros(1024, np.int32)] * 3
+         np.zeros(1024, np.int64)] + [np.zeros(1024, np.int32)] * 2
     native.add_slot(*s)
     with pytest.raises(RuntimeError, match="two slots"):
         native.start()
@@ -102,7 +102,7 @@ def test_dispatcher_fewer_than_two_slots_refused() -> None:
 def test_dispatcher_bad_slot_buffers_raise() -> None:
     native = _native.Dispatcher(token_budget=256, max_seqs_per_bin=8)
     good = [np.zeros(256, np.int32), np.zeros(256, np.int32), np.zeros(9, np.int32),
-            np.zeros(8, np.int64)] + [np.zeros(8, np.int32) for _ in range(3)]
+            np.zeros(8, np.int64)] + [np.zeros(8, np.int32) for _ in range(2)]
     with pytest.raises(TypeError, match="seq_ids must be int64"):
         native.add_slot(*good[:3], np.zeros(8, np.int32), *good[4:])
     with pytest.raises(ValueError, match="input_ids must be 1-D, contiguous, at least 256"):

@@ -65,7 +65,7 @@ def test_dispatcher_producers_consumer_close_midway_loses_nothing(make_dispatche
     assert len(seen) == len(set(seen))
     assert set(seen) == set(accepted)
     for b in bins:
-        check_bin(b, accepted, {sid: 8 for sid in accepted}, token_budget=budget, alignment=alignment)
+        check_bin(b, accepted, token_budget=budget, alignment=alignment)
 
 
 def test_dispatcher_next_bin_waiting_lets_python_thread_run(make_dispatcher) -> None:

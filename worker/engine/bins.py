@@ -51,6 +51,6 @@ def _bin_part(work: BinWork, seqs: list[Sequence], first: int, end: int) -> BinW
     cu = [c - lo for c in work.cu[first:end + 1]]
     lens = work.lens[first:end]
     part = DeviceBin(db.input_ids[lo:hi], db.position_ids[lo:hi], db.cu_seqlens[first:end + 1] - lo,
-                     db.seq_ids[first:end], db.seq_lens[first:end], db.last_token_index[first:end] - lo,
-                     db.max_new_tokens[first:end], num_real_tokens=sum(lens), ready=getattr(db, "ready", None))
+                     db.seq_lens[first:end], db.last_token_index[first:end] - lo, num_real_tokens=sum(lens),
+                     ready=getattr(db, "ready", None))
     return BinWork.of(part, cu, lens, seqs[first:end])
