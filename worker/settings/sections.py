@@ -11,6 +11,7 @@ from typing import Annotated, Literal, get_args
 
 import msgspec
 
+from worker.settings.incidents import IncidentSettings
 from worker.settings.kafka import KafkaSettings
 from worker.settings.budgets import (CPU_MAX_SEQS_PER_BIN, CPU_TOKEN_BUDGET, GPU_MAX_SEQS_PER_BIN, GPU_TOKEN_BUDGET,
                                      PREFIX_CACHE_MAX_ROWS)
@@ -106,10 +107,12 @@ class Settings(msgspec.Struct, **_Struct):
     kafka: KafkaSettings = msgspec.field(default_factory=KafkaSettings)
     http: HttpSettings = msgspec.field(default_factory=HttpSettings)
     log: LogSettings = msgspec.field(default_factory=LogSettings)
+    incidents: IncidentSettings = msgspec.field(default_factory=IncidentSettings)
 
 
 SECTIONS: dict[str, type[msgspec.Struct]] = {"engine": EngineSettings, "kafka": KafkaSettings,
-                                             "http": HttpSettings, "log": LogSettings}
+                                             "http": HttpSettings, "log": LogSettings,
+                                             "incidents": IncidentSettings}
 
 
 def all_fields(sections: tuple[str, ...] | None = None) -> list[FieldSpec]:
