@@ -10,13 +10,14 @@ from pathlib import Path
 import msgspec
 
 from worker.commands.exit_codes import EXIT_FAILED, EXIT_OK
-from worker.messages import DeadLetter, Summary, TelemetryRecord
+from worker.messages import DeadLetter, IncidentEvent, Summary, TelemetryRecord
 
 # file name -> message type; worker/messages.py is the one source of truth
 SCHEMA_TYPES: dict[str, type] = {
     "telemetry_record.json": TelemetryRecord,
     "summary.json": Summary,
     "dead_letter.json": DeadLetter,
+    "incident_event.json": IncidentEvent,
 }
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / "schemas"
 
