@@ -13,7 +13,7 @@ PACKAGE = Path(worker.__file__).resolve().parent
 
 # Bottom first. A unit (a top-level module or folder of worker/) may import only units of lower layers.
 LAYERS: list[set[str]] = [
-    {"_native", "messages", "settings"},         # types, settings, the compiled dispatcher
+    {"_native", "messages", "settings", "control_chars"},  # types, settings, the compiled dispatcher, text safety
     {"dispatch", "facts", "model", "metrics"},
     {"engine", "ops", "inputs", "incidents"},
     {"prompts", "probe", "kafka"},               # prompts own the sampling policy, so they sit above the engine

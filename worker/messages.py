@@ -21,11 +21,15 @@ ReasonCode = Literal[
     "invalid_protobuf",  # meant as an OTLP protobuf request, but it is not one
     "invalid_utf8",      # not UTF-8 text
     "invalid_field",     # decodes, but a field is missing, empty or of the wrong type
+    "too_deep",          # JSON, MessagePack or protobuf nested deeper than a decoder follows
+    "too_many_items",    # a batch's items beyond the per-message limit (each dead letter carries its items)
+    "batch_too_large",   # a compressed Kafka batch that expands beyond the limit: never decompressed whole
     "empty_body",        # a record with nothing to summarise
     "too_long",          # over the model's limits, or over the per-record work cap (policy dead_letter)
     "summarize_failed",  # the engine failed on this record
     "out_of_memory",     # the GPU ran out of memory for this record even prefilled alone in the smallest chunks
     "output_too_large",  # the answer could not be published (over the producer's size limit)
+    "internal_error",    # an unexpected exception while this message became records: a telesum bug, logged
 ]
 
 
@@ -166,12 +170,15 @@ class IncidentEvent(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 class InvalidRecord(ValueError):
-    """Raised by the input decoders (`worker.inputs`); `reason` is a stable code for the dead letter."""
+    """Raised by the input decoders (`worker.inputs`); `reason` is a stable code for the dead letter.
+    `original`: the bytes of the part of a batch message it answers (its dead letter carries those,
+    not the whole message again); None for the message as a whole."""
 
-    def __init__(self, reason: ReasonCode, message: str) -> None:
+    def __init__(self, reason: ReasonCode, message: str, original: bytes | None = None) -> None:
         super().__init__(f"{reason}: {message}")
         self.reason = reason
         self.message = message
+        self.original = original
 
 
 def failure_reason(error: BaseException) -> tuple[ReasonCode, str]:

@@ -115,3 +115,27 @@ def test_undecodable_batch_exit_drains_the_other_partitions_then_raises(
     assert answered <= set(ids0[:3] + ids1) and not answered & set(ids0[3:])
     committed = committed_offset(kafka_bootstrap, settings.group_id, TopicPartition(inp, 0))
     assert committed is None or committed <= 3
+
+
+@pytest.mark.parametrize("guarantee", ["at-least-once", "exactly-once"])
+def test_batch_expanding_beyond_the_limit_is_answered_offset_by_offset_and_passed(
+        kafka_bootstrap, two_partitions_one_zstd_batch, guarantee):
+    # Each record of the zstd batch is a few KB: a 4 KB limit makes the batch a "bomb".
+    inp, out, dlq, ids0, ids1 = two_partitions_one_zstd_batch
+    settings = worker_settings(kafka_bootstrap, inp, out, dlq, max_batch_bytes=4096,
+                               processing_guarantee=guarantee)
+    worker = KafkaWorker(settings, GatedSummarizer(), model_name="fake")
+    stop = threading.Event()
+    thread, raised = _run(worker, stop)
+    got = consume_committed(kafka_bootstrap, [out, dlq], lambda g: len(g) >= 17)
+    bad = TopicPartition(inp, 0)
+    wait_for(lambda: committed_offset(kafka_bootstrap, settings.group_id, bad) == len(ids0))
+    stop.set()
+    thread.join(30)
+    assert not raised and worker.stats.drained_cleanly
+    answered = answered_ids(got, out)
+    assert collections.Counter(answered) == collections.Counter(
+        ids0[:3] + ids0[7:] + ids1 + [f"dlq@0:{offset}" for offset in range(3, 7)])
+    letters = [m for m in got if m.topic() == dlq]
+    assert {dict(m.headers())["telesum-reason"] for m in letters} == {b"batch_too_large"}
+    assert worker.consumer.oversized_batches == 1 and worker.consumer.stuck == {}

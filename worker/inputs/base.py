@@ -8,6 +8,7 @@ its records are log lines that the worker groups per host into windows (`worker.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any, ClassVar, Union
 
@@ -15,7 +16,10 @@ import msgspec
 
 from worker.facts.common import epoch_to_iso
 from worker.messages import InvalidRecord, TelemetryRecord
+from worker.settings.kafka import MAX_ITEMS_PER_MESSAGE  # noqa: F401 - the decoders' default, re-exported
 
+# An id or host name longer than this is no id (DNS names stop at 253): an id is refused, a host ignored.
+MAX_NAME_CHARS = 256
 # The attribute of every record that names the format it was read as (what `auto` chose).
 FORMAT_ATTRIBUTE = "input_format"
 # The attribute naming the sending host (or OTLP resource) a log window is grouped by.
@@ -68,6 +72,29 @@ class Decoder:
         raise NotImplementedError
 
 
+def checked_id(value: str, where: str) -> str:
+    """`value` as a record id; InvalidRecord('invalid_field') when it is empty or too long to be one."""
+    if not value.strip():
+        raise InvalidRecord("invalid_field", f"{where} is empty")
+    if len(value) > MAX_NAME_CHARS:
+        raise InvalidRecord("invalid_field", f"{where} is {len(value):,} characters long, over the {MAX_NAME_CHARS} "
+                                             f"an id may have")
+    return value
+
+
+def overflow_letters(items: list, first: int, total: int, max_items: int, what: str, encode) -> list[InvalidRecord]:
+    """Dead letters `too_many_items` for `items` (those of a batch from index `first` on), up to
+    `max_items` in each, each carrying its own items as `encode(chunk)`: never the whole message."""
+    letters = []
+    for start in range(0, len(items), max_items):
+        chunk = items[start:start + max_items]
+        low = first + start
+        letters.append(InvalidRecord(
+            "too_many_items", f"{what} {low}-{low + len(chunk) - 1} of {total}: over the {max_items} one message "
+                              f"may bring to be summarised (this dead letter carries them)", original=encode(chunk)))
+    return letters
+
+
 def require_bytes(message: Message) -> bytes:
     """The message's bytes; InvalidRecord('empty_record') when there are none."""
     if not message.value:
@@ -83,13 +110,24 @@ def require_text(raw: bytes) -> str:
         raise InvalidRecord("invalid_utf8", f"not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
 
 
+def too_deep(what: str) -> InvalidRecord:
+    """The answer for a value nested deeper than a decoder follows: the C decoders (msgspec, json,
+    protobuf) stop at a depth of about Python's recursion limit and raise RecursionError, which must
+    never leave the message's own path."""
+    return InvalidRecord("too_deep", f"{what} nested deeper than the decoder follows "
+                                     f"(about {sys.getrecursionlimit()} levels)")
+
+
 def parse_json(raw: bytes) -> Any:
-    """`raw` as JSON; invalid_utf8 for bytes that are not text, invalid_json for text that is not JSON."""
+    """`raw` as JSON; invalid_utf8 for bytes that are not text, invalid_json for text that is not JSON,
+    too_deep for JSON nested beyond what the decoder follows."""
     try:
         return msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
         require_text(raw)
         raise InvalidRecord("invalid_json", f"not JSON: {exc}") from exc
+    except RecursionError:
+        raise too_deep("JSON") from None
 
 
 def text_value(value: Any) -> str | None:

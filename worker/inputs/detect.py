@@ -13,8 +13,9 @@ The record's `input_format` attribute and the answer's `telesum-input-format` he
 
 from __future__ import annotations
 
+import msgspec
 
-from worker.inputs.base import Decoder, Item, Message, require_bytes, require_text
+from worker.inputs.base import MAX_ITEMS_PER_MESSAGE, Decoder, Item, Message, require_bytes, require_text, too_deep
 from worker.inputs.envelope import MSGPACK_MEDIA_TYPES, EnvelopeDecoder
 from worker.inputs.json_log import JsonLogDecoder
 from worker.inputs.otlp import OtlpDecoder, count_log_records, decode_request, parse_otlp
@@ -32,10 +33,11 @@ class AutoDecoder(Decoder):
     name = "auto"
     windowed = True
 
-    def __init__(self, json_log: JsonLogDecoder | None = None) -> None:
-        self.envelope, self.ves, self.syslog = EnvelopeDecoder(), VesDecoder(), SyslogDecoder()
+    def __init__(self, json_log: JsonLogDecoder | None = None, max_items: int = MAX_ITEMS_PER_MESSAGE) -> None:
+        self.envelope, self.ves, self.syslog = EnvelopeDecoder(), VesDecoder(max_items), SyslogDecoder()
         self.json_log = json_log or JsonLogDecoder()
-        self.otlp = OtlpDecoder()
+        self.otlp = OtlpDecoder(max_items)
+        self.max_items = max_items
 
     def __call__(self, message: Message) -> list[Item]:
         try:
@@ -51,27 +53,33 @@ class AutoDecoder(Decoder):
             return self.otlp(message)
         if raw.lstrip()[:1] == b"{":
             return self._json_object(message, raw)
+        not_protobuf = None
         if raw[:1] == _PROTOBUF_FIRST_BYTE:
             try:
                 request = parse_otlp(raw)
-            except InvalidRecord:
-                request = None
+            except InvalidRecord as exc:
+                request, not_protobuf = None, exc
             if request is not None and count_log_records(request):
-                return decode_request(request, message)
-        require_text(raw)
+                return decode_request(request, message, self.max_items)
+        try:
+            require_text(raw)
+        except InvalidRecord:
+            if not_protobuf is not None:  # binary that began like OTLP: its parser's reason says more
+                raise not_protobuf from None
+            raise
         return self.syslog(message)
 
     def _json_object(self, message: Message, raw: bytes) -> list[Item]:
-        import msgspec
-
         try:
             value = msgspec.json.decode(raw)
         except msgspec.DecodeError:
             return self.envelope(message)  # the envelope's own reason: invalid_json or invalid_utf8
+        except RecursionError:
+            return [too_deep("JSON")]
         if isinstance(value, dict) and "resourceLogs" in value:
             return self.otlp(message)
         if is_ves(value):
-            return decode_ves(value, message)
+            return decode_ves(value, message, self.max_items)
         if isinstance(value, dict) and all(k in value for k in _ENVELOPE_FIELDS):
             return self.envelope(message)
         if self.json_log.is_log_event(value):
@@ -79,12 +87,14 @@ class AutoDecoder(Decoder):
         return self.envelope(message)
 
 
-def decoder_for(name: str, json_log_fields: dict[str, tuple[str, ...]] | None = None) -> Decoder:
-    """The decoder of a format name (`--input-format`; its names are a Literal in the [kafka] settings)."""
+def decoder_for(name: str, json_log_fields: dict[str, tuple[str, ...]] | None = None,
+                max_items: int = MAX_ITEMS_PER_MESSAGE) -> Decoder:
+    """The decoder of a format name (`--input-format`; its names are a Literal in the [kafka] settings);
+    `max_items`: the items (VES events, OTLP log records) one message may bring to be summarised."""
     json_log = JsonLogDecoder(json_log_fields)
-    decoders: dict[str, Decoder] = {"auto": AutoDecoder(json_log), "envelope": EnvelopeDecoder(),
-                                    "ves": VesDecoder(), "syslog": SyslogDecoder(), "json-log": json_log,
-                                    "otlp": OtlpDecoder()}
+    decoders: dict[str, Decoder] = {"auto": AutoDecoder(json_log, max_items), "envelope": EnvelopeDecoder(),
+                                    "ves": VesDecoder(max_items), "syslog": SyslogDecoder(), "json-log": json_log,
+                                    "otlp": OtlpDecoder(max_items)}
     if name not in decoders:
         raise ValueError(f"unknown input format {name!r}; one of {', '.join(decoders)}")
     return decoders[name]

@@ -11,8 +11,8 @@ from typing import Any
 
 import msgspec
 
-from worker.inputs.base import Decoder, Item, Message, parse_json, require_bytes, require_text, text_value, timestamp_text, \
-    with_format
+from worker.inputs.base import Decoder, checked_id, Item, Message, parse_json, require_bytes, require_text, text_value, timestamp_text, \
+    too_deep, with_format
 from worker.messages import InvalidRecord, Kind, TelemetryRecord
 
 MSGPACK_MEDIA_TYPES = ("application/msgpack", "application/x-msgpack", "application/vnd.msgpack")
@@ -49,6 +49,8 @@ def decode_envelope(raw: bytes, media_type: str | None = None) -> TelemetryRecor
             raise InvalidRecord("invalid_msgpack", str(exc)) from exc
         require_text(raw)
         raise InvalidRecord("invalid_json", str(exc)) from exc
+    except RecursionError:
+        raise too_deep("MessagePack" if is_msgpack else "JSON") from None
     timestamp = lenient.timestamp
     if timestamp is not None:
         timestamp = timestamp_text(timestamp)
@@ -57,8 +59,7 @@ def decode_envelope(raw: bytes, media_type: str | None = None) -> TelemetryRecor
     attributes = {k: text for k, v in lenient.attributes.items() if (text := text_value(v)) is not None}
     record = TelemetryRecord(id=lenient.id, kind=lenient.kind, body=lenient.body, source=lenient.source,
                              timestamp=timestamp, attributes=attributes)
-    if not record.id.strip():
-        raise InvalidRecord("invalid_field", "`id` is empty")
+    checked_id(record.id, "`id`")
     if not record.body_text().strip() or record.body == {}:
         raise InvalidRecord("empty_body", f"record {record.id!r} has an empty body")
     return record

@@ -16,7 +16,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import ResourceLogs
 
 from worker.facts.common import epoch_to_iso
-from worker.inputs.base import SERVICE_ATTRIBUTE, Decoder, Item, Message, kafka_time, require_bytes, require_text
+from worker.inputs.base import (MAX_ITEMS_PER_MESSAGE, SERVICE_ATTRIBUTE, Decoder, Item, Message, kafka_time,
+                                overflow_letters, require_bytes, require_text, too_deep)
 from worker.inputs.json_log import SYSLOG_SEVERITIES
 from worker.inputs.syslog import line_record
 from worker.messages import InvalidRecord
@@ -67,6 +68,8 @@ def parse_otlp(raw: bytes, media_type: str | None = None) -> ExportLogsServiceRe
             json_format.Parse(require_text(raw), request, ignore_unknown_fields=True)
         except json_format.ParseError as exc:
             raise InvalidRecord("invalid_json", f"not an OTLP JSON logs request: {exc}") from exc
+        except RecursionError:
+            raise too_deep("OTLP JSON") from None
         return request
     try:
         request.ParseFromString(raw)
@@ -79,25 +82,39 @@ def count_log_records(request: ExportLogsServiceRequest) -> int:
     return sum(len(scope.log_records) for logs in request.resource_logs for scope in logs.scope_logs)
 
 
-def decode_request(request: ExportLogsServiceRequest, message: Message) -> list[Item]:
-    """One record per resource holding log records; empty_body when the request holds none."""
+def _line(log, host: str | None, service: str | None, fallback_time: str | None) -> tuple[str, str | None]:
+    """One log record as a log line (RFC 5424 when its severity is known), and its time."""
+    body = _any_text(log.body).strip().replace("\n", " ")
+    when = epoch_to_iso(log.time_unix_nano or log.observed_time_unix_nano) or fallback_time
+    severity = _syslog_severity(int(log.severity_number), log.severity_text)
+    if severity is not None:
+        return f"<{_USER_FACILITY * 8 + severity}>1 {when or '-'} {host or '-'} {service or '-'} - - - {body}", when
+    return f"{when or '-'} {host or '-'} {service + ': ' if service else ''}{body}", when
+
+
+def decode_request(request: ExportLogsServiceRequest, message: Message,
+                   max_items: int = MAX_ITEMS_PER_MESSAGE) -> list[Item]:
+    """One record per resource holding log records; empty_body when the request holds none. Log
+    records beyond `max_items` (in request order) are answered by `too_many_items` dead letters
+    carrying their lines."""
     items: list[Item] = []
     fallback_time = kafka_time(message)
+    total = count_log_records(request)
+    overflow: list[str] = []
+    kept = 0
     for index, logs in enumerate(request.resource_logs):
         host = _resource_attribute(logs, "host.name")
         service = _resource_attribute(logs, "service.name")
         lines, first_time = [], None
         for scope in logs.scope_logs:
             for log in scope.log_records:
-                body = _any_text(log.body).strip().replace("\n", " ")
-                when = epoch_to_iso(log.time_unix_nano or log.observed_time_unix_nano) or fallback_time
+                line, when = _line(log, host, service, fallback_time)
+                if kept >= max_items:
+                    overflow.append(line)
+                    continue
+                kept += 1
                 first_time = first_time or when
-                severity = _syslog_severity(int(log.severity_number), log.severity_text)
-                if severity is not None:
-                    lines.append(f"<{_USER_FACILITY * 8 + severity}>1 {when or '-'} {host or '-'} "
-                                 f"{service or '-'} - - - {body}")
-                else:
-                    lines.append(f"{when or '-'} {host or '-'} {service + ': ' if service else ''}{body}")
+                lines.append(line)
         if not lines:
             continue
         record = line_record("\n".join(lines), message, OtlpDecoder.name, index=index,
@@ -105,17 +122,21 @@ def decode_request(request: ExportLogsServiceRequest, message: Message) -> list[
         if service:  # a window is per resource: host and service
             record = msgspec.structs.replace(record, attributes={**record.attributes, SERVICE_ATTRIBUTE: service})
         items.append(record)
-    if not items:
+    if not items and not overflow:
         return [InvalidRecord("empty_body", "the OTLP logs request holds no log records")]
-    return items
+    return items + overflow_letters(overflow, total - len(overflow), total, max_items, "log records",
+                                    lambda chunk: "\n".join(chunk).encode("utf-8", "surrogatepass"))
 
 
 class OtlpDecoder(Decoder):
     name = "otlp"
     windowed = True
 
+    def __init__(self, max_items: int = MAX_ITEMS_PER_MESSAGE) -> None:
+        self.max_items = max_items
+
     def __call__(self, message: Message) -> list[Item]:
         try:
-            return decode_request(parse_otlp(require_bytes(message), message.media_type), message)
+            return decode_request(parse_otlp(require_bytes(message), message.media_type), message, self.max_items)
         except InvalidRecord as exc:
             return [exc]

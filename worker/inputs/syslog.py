@@ -9,13 +9,17 @@ from __future__ import annotations
 
 from worker.facts.common import iso_utc
 from worker.facts.loglines import parse_line
-from worker.inputs.base import FORMAT_ATTRIBUTE, HOST_ATTRIBUTE, Decoder, Item, Message, require_bytes, require_text
+from worker.control_chars import clean_text
+from worker.inputs.base import (FORMAT_ATTRIBUTE, HOST_ATTRIBUTE, MAX_NAME_CHARS, Decoder, Item, Message, require_bytes,
+                                require_text)
 from worker.messages import InvalidRecord, TelemetryRecord
 
 
 def line_record(text: str, message: Message, fmt: str, index: int | None = None,
                 host: str | None = None, timestamp: str | None = None) -> TelemetryRecord:
-    """A record of kind syslog holding log line(s) `text`; host and time from the first line that has them."""
+    """A record of kind syslog holding log line(s) `text` (escape sequences and control characters
+    removed, `worker.control_chars`); host and time from the first line that has them."""
+    text = clean_text(text)
     if not host or not timestamp:
         for raw in text.splitlines()[:8]:
             line = parse_line(raw)
@@ -25,13 +29,15 @@ def line_record(text: str, message: Message, fmt: str, index: int | None = None,
                 break
     attributes = {FORMAT_ATTRIBUTE: fmt}
     if host:
+        host = clean_text(host) if len(host) <= MAX_NAME_CHARS else None  # too long for a name: no host
+    if host:
         attributes[HOST_ATTRIBUTE] = host
     return TelemetryRecord(id=message.stable_id(index), kind="syslog", body=text, source=host or "",
                            timestamp=timestamp, attributes=attributes)
 
 
 def decode_lines(raw: bytes, message: Message) -> TelemetryRecord:
-    text = require_text(raw).replace("\x00", "").strip()
+    text = clean_text(require_text(raw)).strip()
     if not text:
         raise InvalidRecord("empty_body", "the message holds only white space")
     return line_record(text, message, SyslogDecoder.name)

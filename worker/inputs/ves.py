@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from worker.facts.common import epoch_to_iso
-from worker.inputs.base import Decoder, Item, Message, parse_json, require_bytes, text_value
+from worker.inputs.base import (MAX_ITEMS_PER_MESSAGE, MAX_NAME_CHARS, Decoder, Item, Message, checked_id,
+                                overflow_letters, parse_json, require_bytes, text_value)
 from worker.messages import InvalidRecord, TelemetryRecord
 
 
@@ -29,7 +32,12 @@ def _record(event: Any, message: Message, index: int | None, where: str) -> Tele
     if not domain:
         raise InvalidRecord("invalid_field", f"{where}: `commonEventHeader.domain` is missing")
     event_id = text_value(header.get("eventId"))
+    if event_id:
+        checked_id(event_id, f"{where}: `commonEventHeader.eventId`")
     source = text_value(header.get("sourceName")) or text_value(header.get("reportingEntityName")) or ""
+    if len(source) > MAX_NAME_CHARS:
+        raise InvalidRecord("invalid_field", f"{where}: the source name is {len(source):,} characters long, "
+                                             f"over the {MAX_NAME_CHARS} a name may have")
     attributes = {"domain": domain, "input_format": "ves"}
     if source:
         attributes["host"] = source
@@ -38,8 +46,9 @@ def _record(event: Any, message: Message, index: int | None, where: str) -> Tele
                            attributes=attributes)
 
 
-def decode_ves(value: Any, message: Message) -> list[Item]:
-    """The records of a decoded VES body: one per event; an event that is not one becomes its dead letter."""
+def decode_ves(value: Any, message: Message, max_items: int = MAX_ITEMS_PER_MESSAGE) -> list[Item]:
+    """The records of a decoded VES body: one per event; an event that is not one becomes its dead
+    letter (carrying that event); events beyond `max_items` are answered by `too_many_items` letters."""
     if not isinstance(value, dict):
         return [InvalidRecord("invalid_field", f"a VES message is a JSON object; got a JSON {type(value).__name__}")]
     if "eventList" in value:
@@ -49,12 +58,14 @@ def decode_ves(value: Any, message: Message) -> list[Item]:
         if not events:
             return [InvalidRecord("empty_body", "`eventList` holds no events")]
         items: list[Item] = []
-        for i, event in enumerate(events):
+        for i, event in enumerate(events[:max_items]):
             try:
                 items.append(_record(event, message, i, f"eventList[{i}]"))
             except InvalidRecord as exc:
+                exc.original = msgspec.json.encode(event)
                 items.append(exc)
-        return items
+        return items + overflow_letters(events[max_items:], max_items, len(events), max_items, "events",
+                                        lambda chunk: msgspec.json.encode({"eventList": chunk}))
     event = value.get("event", value if "commonEventHeader" in value else None)
     if event is None:
         return [InvalidRecord("invalid_field", "no `event` or `eventList` in the VES message")]
@@ -67,8 +78,11 @@ def decode_ves(value: Any, message: Message) -> list[Item]:
 class VesDecoder(Decoder):
     name = "ves"
 
+    def __init__(self, max_items: int = MAX_ITEMS_PER_MESSAGE) -> None:
+        self.max_items = max_items
+
     def __call__(self, message: Message) -> list[Item]:
         try:
-            return decode_ves(parse_json(require_bytes(message)), message)
+            return decode_ves(parse_json(require_bytes(message)), message, self.max_items)
         except InvalidRecord as exc:
             return [exc]

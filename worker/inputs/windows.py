@@ -44,12 +44,13 @@ class Windows(Generic[Part]):
         return sum(len(w.parts) for w in self._open.values())
 
     def add(self, key: Hashable, part: Part, text: str) -> Window[Part] | None:
+        lines, size = text.count("\n") + 1, len(text.encode("utf-8", "surrogatepass"))  # before the part joins
         window = self._open.get(key)
         if window is None:
             window = self._open[key] = Window(key, self.clock())
         window.parts.append(part)
-        window.lines += text.count("\n") + 1
-        window.bytes += len(text.encode())
+        window.lines += lines
+        window.bytes += size
         if window.lines >= self.max_lines or window.bytes >= self.max_bytes:
             return self._open.pop(key)
         return None

@@ -13,7 +13,8 @@ from kafka.errors import KafkaTimeoutError
 from kafka.structs import MemberState, OffsetAndMetadata
 
 from worker.settings.kafka import KafkaSettings
-from worker.kafka.undecodable import StuckPartition, UndecodableBatch, isolate
+from worker.kafka.codecs import limit_batch_size
+from worker.kafka.undecodable import StuckPartition, UndecodableBatch, isolate, oversized_batch
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +46,13 @@ class Consumer:
         self._client: KafkaConsumer | None = None
         self.stuck: dict[TopicPartition, StuckPartition] = {}  # paused at an undecodable batch
         self.undecodable_batches = 0                             # decode failures, retries included
+        self.oversized_batches = 0                               # batches answered as batch_too_large
 
     def open(self, on_revoked: Callable[[set[TopicPartition]], None],
              on_assigned: Callable[[set[TopicPartition]], None]) -> None:
         """Connect and subscribe; offsets are only ever committed explicitly."""
         s = self.settings
+        limit_batch_size(s.max_batch_bytes)
         self._client = KafkaConsumer(
             **s.security_config, group_id=s.group_id, enable_auto_commit=False,
             auto_offset_reset=s.auto_offset_reset, session_timeout_ms=s.session_timeout_ms,
@@ -70,11 +73,19 @@ class Consumer:
     def poll(self, timeout_ms: int) -> list:
         """Records from all unpaused partitions, in offset order per partition. Blocks up to timeout_ms.
         A batch that cannot be decoded pauses its partition (`stuck`) and this poll returns nothing;
-        with on_undecodable_batch "exit" it then raises UndecodableBatch."""
+        with on_undecodable_batch "exit" it then raises UndecodableBatch. A batch that expands beyond
+        max_batch_bytes comes back as one `OversizedBatchRecord` per offset (answered, not waited on)."""
         self._retry_stuck()
         try:
             batches = self.client.poll(timeout_ms=timeout_ms)
         except Exception as exc:
+            oversized = oversized_batch(self.client, exc)
+            if oversized:
+                self.oversized_batches += 1
+                first = oversized[0]
+                log.error("partition %s[%d]: %s; its %d offsets from %d are answered with dead letters "
+                          "batch_too_large", first.topic, first.partition, exc, len(oversized), first.offset)
+                return oversized
             failed = isolate(self.client, exc)
             if failed is None:
                 raise

@@ -3,25 +3,34 @@
 Each message is decoded through `worker.inputs` into records or invalid items; an invalid item is
 answered at once as a dead letter, a log line waits in its window (`windowing.py`) and everything
 else, with each closed window as one record, queues in the backlog until the summarizer has room.
+
+One message never stops the worker: whatever raises while it is decoded, staged or windowed ends
+as that message's (or that part's) dead letter `internal_error`, logged once with where it came
+from; the loop goes on. A batch item's dead letter carries that item's bytes, not the whole message.
 Only from the loop thread.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from kafka import TopicPartition
 
+from worker.control_chars import clean_text
 from worker.inputs import FORMAT_ATTRIBUTE, Item, Message, decoder_for
 from worker.inputs.json_log import parse_field_map
 from worker.inputs.windows import Window, Windows
 from worker.kafka.publish import Request, RequestId
 from worker.kafka.records import Source
+from worker.kafka.undecodable import OversizedBatchRecord
 from worker.kafka.windowing import is_windowed, merged, window_key
 from worker.messages import InvalidRecord, ReasonCode, TelemetryRecord
 from worker.settings.kafka import KafkaSettings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -42,7 +51,8 @@ class Intake:
 
     def __init__(self, settings: KafkaSettings, dead_letter: Callable[[Request, str], None]) -> None:
         self.input_format = settings.input_format
-        self.decode_message = decoder_for(settings.input_format, parse_field_map(settings.json_log_fields))
+        self.decode_message = decoder_for(settings.input_format, parse_field_map(settings.json_log_fields),
+                                          settings.max_items_per_message)
         self.dead_letter = dead_letter
         self.backlog: deque[Pending] = deque()        # decoded, waiting for summarizer room
         # Log lines waiting for their window to close (window_s 0: every record is answered alone).
@@ -55,42 +65,91 @@ class Intake:
         return len(self.backlog) + (self.windows.parts if self.windows is not None else 0)
 
     def decode(self, msg) -> list[Item]:
-        return self.decode_message(Message(msg.value or b"", tuple(msg.headers or ()), msg.topic, msg.partition,
-                                           msg.offset, getattr(msg, "timestamp", None)))
+        """The message's items; an exception out of its decoder becomes its one internal_error item."""
+        try:
+            if isinstance(msg, OversizedBatchRecord):
+                return [InvalidRecord("batch_too_large", msg.reason)]
+            return self.decode_message(Message(msg.value or b"", tuple(msg.headers or ()), msg.topic, msg.partition,
+                                               msg.offset, getattr(msg, "timestamp", None)))
+        except Exception as exc:  # noqa: BLE001 - one message never stops the worker
+            return [internal_error(exc, "decoding", msg.topic, msg.partition, msg.offset)]
 
     def stage(self, msg, epoch: int, items: list[Item]) -> None:
         """Answer the invalid items of one decoded message; queue or window the records."""
         tp = TopicPartition(msg.topic, msg.partition)
-        raw = msg.value or b""
         batch = len(items) > 1
         for index, item in enumerate(items):
             rid = RequestId(tp, msg.offset, epoch, index)
-            if isinstance(item, InvalidRecord):
-                fmt = None if self.input_format == "auto" else self.input_format
-                source = Source(msg.topic, msg.partition, msg.offset, msg.key, index if batch else None, fmt)
-                why = f"item {index} of {len(items)}: {item.message}" if batch else item.message
-                self.dead_letter(Request(rid, source, raw, None, "dead_letter", item.reason), why)
-                continue
-            source = Source(msg.topic, msg.partition, msg.offset, msg.key, index if batch else None,
-                            item.attributes.get(FORMAT_ATTRIBUTE))
-            pending = Pending(rid, source, raw, item)
-            if self.windows is None or not is_windowed(item):
-                self.backlog.append(pending)
-            elif (full := self.windows.add(window_key(tp, item), pending, item.body_text())) is not None:
-                self.backlog.append(window_pending(full))
+            fmt = item.attributes.get(FORMAT_ATTRIBUTE) if isinstance(item, TelemetryRecord) else (
+                None if self.input_format == "auto" else self.input_format)
+            source = Source(msg.topic, msg.partition, msg.offset, msg.key, index if batch else None, fmt)
+            try:
+                raw = _item_bytes(item) if batch else msg.value or b""
+                if isinstance(item, InvalidRecord):
+                    why = f"item {index} of {len(items)}: {item.message}" if batch else item.message
+                    self.dead_letter(Request(rid, source, raw, None, "dead_letter", item.reason), why)
+                else:
+                    self._queue(Pending(rid, source, raw, item))
+            except Exception as exc:  # noqa: BLE001 - this part's answer; the others go on
+                error = internal_error(exc, "staging", msg.topic, msg.partition, msg.offset)
+                original = b"" if batch else msg.value or b""
+                self.dead_letter(Request(rid, source, original, None, "dead_letter", error.reason), error.message)
+
+    def _queue(self, pending: Pending) -> None:
+        if self.windows is None or not is_windowed(pending.record):
+            self.backlog.append(pending)
+        elif (full := self.windows.add(window_key(pending.rid.tp, pending.record), pending,
+                                       pending.record.body_text())) is not None:
+            self._close(full)
 
     def close_due_windows(self) -> None:
         if self.windows is not None:
-            self.backlog.extend(map(window_pending, self.windows.due()))
+            for window in self.windows.due():
+                self._close(window)
 
     def close_all_windows(self) -> list[Pending]:
-        return list(map(window_pending, self.windows.close_all())) if self.windows is not None else []
+        if self.windows is None:
+            return []
+        closed = [self._merge(window) for window in self.windows.close_all()]
+        return [pending for pending in closed if pending is not None]
+
+    def _close(self, window: Window[Pending]) -> None:
+        pending = self._merge(window)
+        if pending is not None:
+            self.backlog.append(pending)
+
+    def _merge(self, window: Window[Pending]) -> Pending | None:
+        """A closed window as one piece of work; None when merging raised: each part is then
+        answered with its own internal_error dead letter."""
+        try:
+            return window_pending(window)
+        except Exception as exc:  # noqa: BLE001 - the window's parts are answered, the loop goes on
+            first = window.parts[0].source
+            error = internal_error(exc, "closing a log window", first.topic, first.partition, first.offset)
+            for part in window.parts:
+                self.dead_letter(part.request("dead_letter", error.reason), error.message)
+            return None
 
     def forget(self, gone: set[TopicPartition]) -> None:
         """Drop what these partitions staged: whoever reads them next replays it."""
         self.backlog = deque(p for p in self.backlog if p.rid.tp not in gone)
         if self.windows is not None:
             self.windows.drop(lambda key: key[0] in gone)
+
+
+def _item_bytes(item: Item) -> bytes:
+    """A batch item's own bytes, for its dead letter: what the decoder kept of it, or its record's body."""
+    if isinstance(item, InvalidRecord):
+        return item.original or b""
+    return item.body_text().encode("utf-8", "surrogatepass")
+
+
+def internal_error(exc: Exception, stage: str, topic: str, partition: int, offset: int) -> InvalidRecord:
+    """The dead letter's reason for an unexpected exception in one message's path, logged once with
+    its traceback and where the message came from."""
+    log.error("internal error while %s %s[%d]@%d: answered with a dead letter internal_error", stage, topic,
+              partition, offset, exc_info=exc)
+    return InvalidRecord("internal_error", f"{type(exc).__name__} while {stage}: {clean_text(str(exc))[:300]}")
 
 
 def window_pending(window: Window[Pending]) -> Pending:

@@ -20,7 +20,7 @@ from kafka import TopicPartition
 from worker.dispatch import Backpressure
 from worker.kafka.clients import Consumer, Producer
 from worker.kafka.committer import Committer
-from worker.kafka.intake import Intake, Pending
+from worker.kafka.intake import Intake, Pending, internal_error
 from worker.kafka.offsets import OffsetTracker
 from worker.kafka.publish import Answers, ProducerFenced, Request, RequestId
 from worker.kafka.undecodable import UndecodableBatch
@@ -234,8 +234,15 @@ class KafkaWorker:
         if isinstance(result, Exception):
             reason, message = failure_reason(result)
             self._dead_letter(pending.request("dead_letter", reason), message)
-        else:
-            self.committer.answer(*self.answers.summary(pending.request("summary"), result))
+            return
+        try:
+            answer = self.answers.summary(pending.request("summary"), result)
+        except Exception as exc:  # noqa: BLE001 - a summary that cannot be written is this record's answer
+            error = internal_error(exc, "writing the summary", pending.source.topic, pending.source.partition,
+                                   pending.source.offset)
+            self._dead_letter(pending.request("dead_letter", error.reason), error.message)
+            return
+        self.committer.answer(*answer)
 
     def _dead_letter(self, request: Request, message: str) -> None:
         self.committer.answer(*self.answers.dead_letter(request, message))

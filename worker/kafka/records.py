@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from worker.control_chars import clean_text
 from worker.inputs.envelope import decode_envelope
 from worker.messages import DeadLetter, Summary, TelemetryRecord
 
@@ -112,6 +113,7 @@ def dead_letter_output(topic: str, source: Source, original: bytes | None, reaso
     """A dead letter with the reason code, a human message and the original bytes.
     `compact` keeps only the first COMPACT_ORIGINAL_BYTES of the original (for outputs too large to publish)."""
     original = original or b""
+    message = clean_text(message)  # may quote the input: no escape sequences, no lone surrogates
     if compact and len(original) > COMPACT_ORIGINAL_BYTES:
         message = f"{message} (original of {len(original)} bytes cut to {COMPACT_ORIGINAL_BYTES})"
         original = original[:COMPACT_ORIGINAL_BYTES]

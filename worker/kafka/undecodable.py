@@ -8,6 +8,11 @@ no public way to say which partition failed), drops them, pauses that partition 
 to that offset. Nothing is skipped: the partition stays stuck there, visible (log, metric, /readyz),
 and is tried again after a while (the library may have been installed, the fetch may have been bad),
 while the other partitions are served.
+
+A batch that would expand beyond `max_batch_bytes` (a decompression bomb; `codecs.limit_batch_size`
+stops it early) is different: it will never decode, so waiting helps nobody. `oversized_batch`
+answers each of its offsets instead (an `OversizedBatchRecord` the loop turns into a dead letter
+`batch_too_large`) and positions the partition after it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import time
 from dataclasses import dataclass
 
 from kafka import KafkaConsumer, TopicPartition
+
+from worker.kafka.codecs import BatchTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -49,14 +56,67 @@ class UndecodableBatch(Exception):
         self.stuck = stuck
 
 
-def is_decode_error(exc: BaseException) -> bool:
-    """True when `exc` was raised while kafka-python checked or decompressed fetched records."""
+@dataclass(frozen=True)
+class OversizedBatchRecord:
+    """Stands for one offset of a batch that expands beyond `max_batch_bytes`, in place of the
+    consumer record it would have been: the loop answers it with a dead letter batch_too_large."""
+
+    topic: str
+    partition: int
+    offset: int
+    reason: str
+    key: bytes | None = None
+    value: bytes | None = None
+    headers: tuple = ()
+    timestamp: int | None = None
+
+
+def _decoder_frame(exc: BaseException):
+    """The frame of kafka-python's batch decoder that `exc` went through, or None."""
     tb = exc.__traceback__
     while tb is not None:
         if tb.tb_frame.f_code.co_name == _DECODER_FRAME:
-            return True
+            return tb.tb_frame
         tb = tb.tb_next
-    return False
+    return None
+
+
+def is_decode_error(exc: BaseException) -> bool:
+    """True when `exc` was raised while kafka-python checked or decompressed fetched records."""
+    return _decoder_frame(exc) is not None
+
+
+def _take_in_line(client: KafkaConsumer):
+    """Drop kafka-python's in-line records (the failed partition's) so the next poll serves the
+    others; returns them, or None."""
+    fetcher = client._fetcher
+    in_line = fetcher._next_partition_records
+    if in_line is None:
+        return None
+    in_line.drain()
+    fetcher._next_partition_records = None
+    fetcher._next_in_line_exception_metadata = None
+    return in_line
+
+
+def oversized_batch(client: KafkaConsumer, exc: BaseException) -> list[OversizedBatchRecord] | None:
+    """After `poll()` raised BatchTooLarge: one stand-in per offset of that batch from the first one not
+    delivered, with the partition positioned after the batch. None for any other error (and for a
+    batch of the legacy message formats, which name no offset range: `isolate` pauses it).
+    Only from the consumer's thread."""
+    frame = _decoder_frame(exc) if isinstance(exc, BatchTooLarge) else None
+    batch = frame.f_locals.get("batch") if frame is not None else None
+    if batch is None or getattr(batch, "magic", None) != 2:
+        return None
+    in_line = _take_in_line(client)
+    if in_line is None:
+        return None
+    tp, first = in_line.topic_partition, max(in_line.next_fetch_offset, batch.base_offset)
+    if tp in client.assignment():  # else a rebalance took it meanwhile: its new owner meets the batch
+        client.seek(tp, batch.last_offset + 1)
+    reason = f"{exc} (batch at offsets {batch.base_offset}-{batch.last_offset})"
+    return [OversizedBatchRecord(tp.topic, tp.partition, offset, reason)
+            for offset in range(first, batch.last_offset + 1)]
 
 
 def isolate(client: KafkaConsumer, exc: BaseException) -> tuple[TopicPartition, int] | None:
@@ -65,14 +125,10 @@ def isolate(client: KafkaConsumer, exc: BaseException) -> tuple[TopicPartition, 
     Returns (partition, offset), or None when `exc` is something else. Only from the consumer's thread."""
     if not is_decode_error(exc):
         return None
-    fetcher = client._fetcher
-    in_line = fetcher._next_partition_records
+    in_line = _take_in_line(client)
     if in_line is None:
         return None
     tp, offset = in_line.topic_partition, in_line.next_fetch_offset
-    in_line.drain()
-    fetcher._next_partition_records = None
-    fetcher._next_in_line_exception_metadata = None
     if tp in client.assignment():  # else a rebalance took it meanwhile: its new owner meets the batch
         client.pause(tp)
         client.seek(tp, offset)

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import msgspec
 
+from worker.control_chars import escape_controls
 from worker.settings.sections import LogSettings
 
 # LogRecord attributes that are not a caller's `extra=` fields.
@@ -34,7 +35,8 @@ def log_startup_phase(name: str, started: float, logger: logging.Logger | None =
 
 
 class JsonFormatter(logging.Formatter):
-    """{"ts", "level", "logger", "message", then any `extra=` fields, "exc" for a traceback}."""
+    """{"ts", "level", "logger", "message" (control characters escaped), then any `extra=` fields,
+    "exc" for a traceback}."""
 
     def __init__(self, static: dict[str, str] | None = None) -> None:
         super().__init__()
@@ -43,7 +45,8 @@ class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         out = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
                      + f".{int(record.msecs):03d}Z",
-               "level": record.levelname.lower(), "logger": record.name, "message": record.getMessage(),
+               "level": record.levelname.lower(), "logger": record.name,
+               "message": escape_controls(record.getMessage()),
                **self.static}
         for key, value in vars(record).items():
             if key not in _STANDARD and not key.startswith("_"):
@@ -51,6 +54,18 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return msgspec.json.encode(out, enc_hook=str).decode()
+
+
+class TextFormatter(logging.Formatter):
+    """TEXT_FORMAT with the message's control characters escaped: input text quoted in a log line
+    (a dead letter's reason) can neither drive the reader's terminal nor start a forged line."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = escape_controls(record.message)
+        return super().formatMessage(record)
 
 
 def configure_logging(settings: LogSettings, **static: str) -> None:
@@ -62,7 +77,7 @@ def configure_logging(settings: LogSettings, **static: str) -> None:
         if type(handler) is logging.StreamHandler:
             root.removeHandler(handler)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter(static) if settings.format == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter(static) if settings.format == "json" else TextFormatter())
     root.addHandler(handler)
     root.setLevel(settings.level.upper())
     logging.getLogger("kafka").setLevel(logging.INFO if settings.level == "debug" else logging.WARNING)

@@ -14,6 +14,12 @@ import msgspec
 
 from worker.settings.fields import MaskedRepr, SettingsError, opt
 
+# What one message may cost (docs/operations.md, "What one input can make the worker do"): the items
+# it may bring to be summarised, and the bytes one of its compressed batches may expand to (a gzip
+# bomb of a few MB expands to GBs; kafka-python would hold it whole, twice).
+MAX_ITEMS_PER_MESSAGE = 1000
+MAX_BATCH_BYTES = 128 * 1024 * 1024
+
 __all__ = ["SettingsError", "KafkaSettings"]
 
 Positive = dict(gt=0)
@@ -94,6 +100,10 @@ class KafkaSettings(MaskedRepr, msgspec.Struct, frozen=True, kw_only=True, forbi
                                          **Positive)] = 500
     window_max_bytes: Annotated[int, opt("TELESUM_WINDOW_MAX_BYTES", "log lines: close a window at this many bytes",
                                          **Positive)] = 64 * 1024
+    max_items_per_message: Annotated[int, opt(
+        "TELESUM_MAX_ITEMS_PER_MESSAGE", "VES events or OTLP log records one message may bring to be summarised; "
+                                         "those beyond get dead letters too_many_items, each carrying its items",
+        **Positive)] = MAX_ITEMS_PER_MESSAGE
     # Scale-out
     gpus: Annotated[str | None, opt("TELESUM_GPUS",
                                     "one worker process per GPU under a supervisor: 'all', a count N, a list of "
@@ -107,6 +117,10 @@ class KafkaSettings(MaskedRepr, msgspec.Struct, frozen=True, kw_only=True, forbi
         "TELESUM_ON_UNDECODABLE_BATCH", "a batch that cannot be decompressed or fails its CRC: 'pause' its "
                                         "partition there (reported stuck, retried, others served) or 'exit' "
                                         "(drain the others, exit code 6)")] = "pause"
+    max_batch_bytes: Annotated[int, opt(
+        "TELESUM_MAX_BATCH_BYTES", "a compressed batch that expands beyond this many bytes is not decompressed "
+                                   "further: each of its offsets gets a dead letter batch_too_large",
+        **Positive)] = MAX_BATCH_BYTES
     undecodable_retry_s: Annotated[float, opt("TELESUM_UNDECODABLE_RETRY_S",
                                               "try a stuck partition's batch again after this", gt=0)] = 60.0
     allow_missing_codecs: Annotated[bool, opt("TELESUM_ALLOW_MISSING_CODECS",
