@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 
-# CSI (`ESC [ … final`), OSC (`ESC ] … BEL|ESC \`) and two-character escape sequences.
-_ESCAPE_SEQUENCE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+# CSI (`ESC [ … final`), OSC (`ESC ] … BEL|ESC \`) and two-character escape sequences (`ESC c` resets).
+_ESCAPE_SEQUENCE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[0-~])")
 # C0 controls but tab and newline, DEL and the C1 controls.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")

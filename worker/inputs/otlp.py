@@ -67,6 +67,8 @@ def parse_otlp(raw: bytes, media_type: str | None = None) -> ExportLogsServiceRe
         try:
             json_format.Parse(require_text(raw), request, ignore_unknown_fields=True)
         except json_format.ParseError as exc:
+            if isinstance(exc.__cause__, RecursionError):  # json_format wraps whatever json.loads raised
+                raise too_deep("OTLP JSON") from None
             raise InvalidRecord("invalid_json", f"not an OTLP JSON logs request: {exc}") from exc
         except RecursionError:
             raise too_deep("OTLP JSON") from None
