@@ -367,3 +367,51 @@ def test_pm_28552_kpis_are_computed_from_their_counters(att, succ, label):
     body = MEAS_DATA_FILE.replace("RRC.ConnEstabAtt.Sum", att).replace("RRC.ConnEstabSucc.Sum", succ)
     f = _facts("pm", body.replace('<r p="2">99</r>', '<r p="2">70</r>'))
     assert (f.severity, f.problem) == ("major", f"low {label} 70.0% on NRCellCU=4")
+
+
+# -- windows of several senders: loss of service first, each sender with its own problem ----------
+@pytest.mark.parametrize("app, text, impact", [
+    ("rpd", "BGP_PEER_STATE_CHANGED: BGP peer 192.0.2.9 (External AS 64801) changed state from Established to Idle "
+            "(event HoldTime)", "service"),
+    ("rpd", "BGP_PEER_STATE_CHANGED: BGP peer 192.0.2.9 (External AS 64801) changed state from OpenConfirm to "
+            "Established (event RecvKeepAlive)", "other"),
+    ("%BGP-5-ADJCHANGE", "neighbor 192.0.2.2 Down BGP Notification sent", "service"),
+    ("%BGP-5-ADJCHANGE", "peer 192.0.2.7 (VRF default AS 65010) old state Established event Stop new state Idle",
+     "service"),
+    ("%OSPF-5-ADJCHG", "Process 1, Nbr 10.0.0.3 on Gi0/1 from LOADING to FULL, Loading Done", "other"),
+    ("%CLNS-5-ADJCHANGE", "ISIS: Adjacency to pe-3 (Gi0/0/0/2) Down, hold time expired", "service"),
+    ("OSPF/3/NBR_DOWN_REASON", "Neighbor state left full or changed to Down. (ProcessId=1)", "service"),
+    ("mib2d", "SNMP_TRAP_LINK_DOWN: ifIndex 526, ifAdminStatus up(1), ifOperStatus down(2), ifName xe-0/0/3",
+     "service"),
+    ("%LINK-5-CHANGED", "Interface Gi0/1, changed state to administratively down", "other"),
+    ("%SYS-5-RELOAD", "Reload requested by admin on vty0. Reload Reason: Reload Command.", "service"),
+    ("%ETHPORT-2-IF_DOWN_ERROR_DISABLED", "Interface Ethernet1/12 is down (Error disabled. Reason:BPDUGuard)",
+     "hygiene"),
+    ("MSTP/4/BPDU_PROTECTION", "This edged-port GE0/0/5 that enabled BPDU-Protection will be shutdown", "hygiene"),
+    ("mgd", "UI_CONFIGURATION_ERROR: Process: mgd, path: [edit protocols bgp], Missing mandatory statement", "hygiene"),
+    ("sshd", "Connection closed by 192.0.2.4 port 52211 [preauth]", "other"),
+    ("nginx", "recv() failed (104: Connection reset by peer) while reading response header", "other"),
+])
+def test_message_impact_by_vendor_code_and_the_state_it_goes_to(app, text, impact):
+    from worker.facts.impact import HYGIENE, OTHER, SERVICE, classify
+
+    assert classify(app, text) == {"service": SERVICE, "other": OTHER, "hygiene": HYGIENE}[impact]
+
+
+def test_session_down_at_notice_level_leads_a_louder_bpdu_guard_and_counts_as_major():
+    guard = [f"2026 Nov 21 03:14:{i:02d} leaf-7 %STP-2-BLOCK_BPDUGUARD: Received BPDU on port Ethernet1/{i} with BPDU "
+             f"Guard enabled. Disabling port." for i in range(10, 22)]
+    bgp = "<189>Nov 21 03:14:30 core-2 %BGP-5-ADJCHANGE: neighbor 192.0.2.2 Down BGP Notification sent"
+    alone = _facts("syslog", bgp, timestamp="2026-11-21T04:00:00Z")
+    assert alone.severity == "major"
+    f = _facts("syslog", "\n".join(guard + [bgp]), timestamp="2026-11-21T04:00:00Z")
+    assert (f.entity, f.severity) == ("core-2", "critical")
+    assert f.problem.startswith("neighbor 192.0.2.2 Down BGP Notification sent (once); leaf-7: Received BPDU on port")
+    assert "(12 times)" in f.problem and f.details["sendersWithProblems"] == "2"
+
+
+def test_senders_beyond_the_bound_are_counted():
+    lines = [f"<187>Nov 21 03:14:{i:02d} rtr-{i} %LINK-3-UPDOWN: Interface Gi0/{i}, changed state to down"
+             for i in range(5)]
+    f = _facts("syslog", "\n".join(lines), timestamp="2026-11-21T04:00:00Z")
+    assert f.problem.count("changed state to down (once)") == 3 and f.problem.endswith("; 2 more senders with problems")

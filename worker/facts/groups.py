@@ -7,7 +7,7 @@ which also merges messages that differ in words without digits (`Invalid user ad
 user oracle`). The cost stays linear: drain3 sees each distinct group once, not every line.
 
 A group reads back as its template with each variable rendered: the value when it never changed,
-else `6 addresses`, `3-97` (numbers), `admin, oracle and 7 others` (words); `port N` pairs that
+else `6 addresses`, `3-97` (numbers), `admin, oracle and 7 others` (words); `port N` pairs whose number
 varied are dropped (a client's source port says nothing to an operator).
 """
 
@@ -90,8 +90,8 @@ class Group:
                 if not _EMPTY_KEY.fullmatch(value):  # `ruser=` with nothing: noise
                     out.append(value)
                 continue
-            if out and out[-1].lower() == "port":
-                out.pop()  # `port 45378` that varied
+            if out and out[-1].lower() == "port" and all(_NUMBER.fullmatch(v) for v in counter):
+                out.pop()  # `port 45378` that varied (a switch's `port Ethernet1/12` is kept)
                 continue
             out.append(_summarise(counter))
         return " ".join(out)

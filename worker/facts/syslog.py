@@ -3,18 +3,23 @@
 The lines are grouped into templates (`groups`); the problem is the dominant templates, ranked by
 count weighted by severity (each step of the scale weighs ten times the next: one `critical` line
 outranks 9 `major` ones, 38 failed logins outrank one `error`), written with their counts. The
-severity is the worst seen. The element is a sender of the window: the one with the worst severity,
-then the most lines (lines addressing the model do not count); a window whose lines name no sender
+severity is the worst seen. What a message costs the network weighs in (`impact`): a loss of
+service counts as at least major and leads among equals, a hygiene event ranks as at most warning.
+When two or more senders have problems of their own, the problem names each (up to
+`MAX_SENDERS_NAMED`) with its count. The element is the sender of the leading problem, else the one
+with the worst severity, then the most lines (lines addressing the model do not count); a window whose lines name no sender
 (application logs) takes the service its log file is named for, else none (the record's attributes).
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from datetime import datetime
 
 from worker.facts.common import SEVERITY_RANK, SEVERITY_WEIGHT as WEIGHT, aimed_at_model, clip, iso_utc
 from worker.facts.groups import Group, group_messages
+from worker.facts.impact import HYGIENE, SERVICE, classify
 from worker.facts.levels import PRI_SEVERITY
 from worker.facts.loglines import LogLine, parse_line
 from worker.messages import Facts, ProblemGroup
@@ -25,6 +30,11 @@ SYSLOG_NAMES = ("emerg", "alert", "crit", "err", "warning", "notice", "info", "d
 MAX_PROBLEM_GROUPS = 5   # in Facts.problems
 PROBLEM_TEXT_GROUPS = 2  # in the one-line problem a small model reads
 MAX_LOG_PROBLEM_CHARS = 200
+MAX_SENDERS_NAMED = 3         # senders with a problem of their own named in the problem
+SENDER_PHRASE_CHARS = 72      # each one's problem, bracketed asides dropped first
+MAX_SENDERS_PROBLEM_CHARS = 300
+HYGIENE_RANK = SEVERITY_RANK["warning"]
+_TAG_FIRST = re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+(?:\[\d+\])?:\s+")
 # How the lines after a Java or Python error begin (they belong to the line before).
 CONTINUATIONS = ("at ", "Caused by:", "Traceback ", "File \"", "...", "Exception in thread", "\tat ")
 
@@ -46,18 +56,62 @@ def parse_lines(text: str, reference: datetime | None = None) -> tuple[list[LogL
     return lines, unparsed, continued
 
 
-def _rank(group: Group) -> tuple[int, int]:
-    return (-group.count * WEIGHT[group.severity], SEVERITY_RANK[group.severity])
+def _ranked(groups: list[Group], impacts: dict[int, int]) -> list[Group]:
+    """The groups worth reporting, leading first: the non-info ones when there are any, by count
+    weighted by severity, a hygiene event's severity counting as at most warning (`impact`), a loss
+    of service first among equals; the worst group is always among the first two."""
+    def rank(group: Group) -> tuple[int, int, int]:
+        impact = impacts[id(group)]
+        level = group.severity if impact != HYGIENE or SEVERITY_RANK[group.severity] >= HYGIENE_RANK else "warning"
+        return (-group.count * WEIGHT[level], impact, SEVERITY_RANK[group.severity])
 
-
-def _problem_groups(groups: list[Group]) -> list[Group]:
-    """The groups worth reporting, leading first: the non-info ones when there are any."""
     serious = [g for g in groups if g.severity != "info"] or groups
-    ranked = sorted(serious, key=_rank)[:MAX_PROBLEM_GROUPS]
-    worst = min(serious, key=lambda g: (SEVERITY_RANK[g.severity], -g.count))
+    ranked = sorted(serious, key=rank)
+    worst = min(serious, key=lambda g: (SEVERITY_RANK[g.severity], impacts[id(g)], -g.count))
     if worst not in ranked[:PROBLEM_TEXT_GROUPS]:  # the worst line is always named
         ranked = [ranked[0], worst] + [g for g in ranked[1:] if g is not worst]
     return ranked
+
+
+def _with_impact(groups: list[Group]) -> dict[int, int]:
+    """Each group's impact class (`impact.classify`); a loss of service counts as at least major."""
+    impacts = {}
+    for group in groups:
+        impacts[id(group)] = classify(group.app, group.text())
+        if impacts[id(group)] == SERVICE and SEVERITY_RANK[group.severity] > SEVERITY_RANK["major"]:
+            group.severity = "major"
+    return impacts
+
+
+def _compact(text: str, limit: int) -> str:
+    """`text` within `limit` characters: a leading event tag dropped, then bracketed asides from the
+    end, then cut at a word."""
+    while len(text) > limit:
+        shorter = _TAG_FIRST.sub("", text, count=1)  # Junos `BGP_PEER_STATE_CHANGED: ` when the text says it
+        if shorter != text:
+            text = shorter
+            continue
+        shorter = re.sub(r"\s*[(\[][^()\[\]]*[)\]](?!.*[(\[][^()\[\]]*[)\]])", "", text, count=1)
+        if shorter == text:
+            break
+        text = shorter
+    return text if len(text) <= limit else text[: limit - 4].rsplit(" ", 1)[0] + " ..."
+
+
+def _senders_with_problems(ranked: list[Group]) -> list[tuple[str, Group, int]]:
+    """(host, its leading group, that host's lines in it) for every host with a problem of its own,
+    in the order of their leading groups."""
+    out: dict[str, tuple[Group, int]] = {}
+    for group in ranked:
+        if group.severity == "info":
+            continue
+        for host, n in group.hosts.most_common():
+            out.setdefault(host, (group, n))
+    return [(host, group, n) for host, (group, n) in out.items()]
+
+
+def _times(n: int) -> str:
+    return f"{n} times" if n > 1 else "once"
 
 
 def _sender(lines: list[LogLine], addressed: list[Group], field: str) -> str | None:
@@ -81,7 +135,7 @@ def _phrase(group: Group, with_app: bool) -> str:
     text = group.text()
     if with_app and group.app:
         text = f"{group.app}: {text}"
-    return f"{text} ({group.count} times)" if group.count > 1 else f"{text} (once)"
+    return f"{text} ({_times(group.count)})"
 
 
 def _iso(when: datetime | None) -> str | None:
@@ -94,19 +148,32 @@ def parse(text: str, reference: datetime | None = None, reference_source: str = 
     lines, unparsed, continued = parse_lines(text, reference)
     if not lines:
         return None
+    details: dict[str, str] = {}
     groups = group_messages((line.app, line.text, line.severity, line.time, line.host) for line in lines)
     addressed = [g for g in groups if aimed_at_model(g.text())]
     trusted = [g for g in groups if g not in addressed] or groups
-    leading = _problem_groups(trusted)
+    impacts = _with_impact(trusted)
+    ranked = _ranked(trusted, impacts)
+    leading = ranked[:MAX_PROBLEM_GROUPS]
     worst = min((g.severity for g in trusted), key=SEVERITY_RANK.__getitem__)
     hosts = Counter(line.host for line in lines if line.host)
     apps = Counter(line.app for line in lines if line.app)
-    entity = _sender(lines, addressed, "host") or _sender(lines, addressed, "source")
+    senders = _senders_with_problems(ranked)
+    entity = (senders[0][0] if senders else None) or _sender(lines, addressed, "host") or \
+        _sender(lines, addressed, "source")
     times = [line.time for line in lines if line.time is not None]
     shown = leading[:PROBLEM_TEXT_GROUPS]
-    # the lead's app is in details: a small model that reads `sshd: ...` first drifts into log lines
-    problem = "; ".join(_phrase(g, with_app=i > 0 and g.app != shown[0].app) for i, g in enumerate(shown))
-    details: dict[str, str] = {}
+    if len(senders) > 1:  # each sender with a problem of its own, up to a bound, with its count
+        named = senders[:MAX_SENDERS_NAMED]
+        problem = "; ".join((f"{host}: " if i else "") + f"{_compact(g.text(), SENDER_PHRASE_CHARS)} ({_times(n)})"
+                            for i, (host, g, n) in enumerate(named))
+        if len(senders) > len(named):
+            rest = len(senders) - len(named)
+            problem += f"; {rest} more sender{'s' if rest > 1 else ''} with problems"
+        details["sendersWithProblems"] = str(len(senders))
+    else:
+        # the lead's app is in details: a small model that reads `sshd: ...` first drifts into log lines
+        problem = "; ".join(_phrase(g, with_app=i > 0 and g.app != shown[0].app) for i, g in enumerate(shown))
     if leading[0].app:
         details["app"] = leading[0].app
     pris = [line.pri for line in lines if line.pri is not None and line.severity == worst]
@@ -130,7 +197,7 @@ def parse(text: str, reference: datetime | None = None, reference_source: str = 
     return Facts(
         entity=entity,
         severity=worst,
-        problem=clip(problem, MAX_LOG_PROBLEM_CHARS),
+        problem=clip(problem, MAX_LOG_PROBLEM_CHARS if len(senders) < 2 else MAX_SENDERS_PROBLEM_CHARS),
         first_seen=_iso(min(times)) if times else None,
         last_seen=_iso(max(times)) if times else None,
         event_count=len(lines),

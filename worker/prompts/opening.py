@@ -24,7 +24,9 @@ from worker.messages import Facts, TelemetryRecord
 from worker.prompts.text import withhold_instructions
 
 OPENING_ROLE = "assistant"
-MAX_PROBLEM_CHARS = 200  # two problems of a log window with their counts; more drowns the sentence
+# two problems of a log window with their counts, or three senders' own problems (facts.syslog);
+# more drowns the sentence
+MAX_PROBLEM_CHARS = 300
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 _ISO_UTC = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}:\d{2}:\d{2})(?:\.\d+)?Z$")
 _WHITESPACE = re.compile(r"\s+")
