@@ -144,3 +144,15 @@ def test_configure_logging_sets_level_and_keeps_foreign_handlers(caplog):
     assert logging.getLogger().level == logging.WARNING and caplog.handler in logging.getLogger().handlers
     configure_logging(LogSettings())
     assert logging.getLogger().level == logging.INFO
+
+
+def test_status_page_rows_carry_no_escape_sequences_or_control_characters():
+    from worker.messages import Facts, Summary
+
+    board = StatusBoard(WorkerMetrics("cpu", "w-1"), {"worker": "w-1"}, [])
+    summary = Summary(id="ev\x1b[2J-1", summary="gnb-1: \x1b[31mlink down\x1b[0m\x00", model="m", prompt_tokens=1,
+                      output_tokens=1, facts=Facts(entity="gnb\x07-1", problem="\x1b]0;owned\x07link down"))
+    board.observe_results([("r", summary)])
+    (row,) = board.snapshot()["latest"]
+    assert (row["id"], row["summary"]) == ("ev-1", "gnb-1: link down")
+    assert (row["facts"]["entity"], row["facts"]["problem"]) == ("gnb-1", "link down")

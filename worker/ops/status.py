@@ -14,6 +14,7 @@ from collections.abc import Callable, Hashable
 
 import msgspec
 
+from worker.control_chars import clean_text
 from worker.messages import Summary
 
 # The page shows this many of the latest summaries.
@@ -89,9 +90,20 @@ class StatusBoard:
         return msgspec.json.encode(self.snapshot())
 
 
+def _clean(value):
+    """Strings of a row without escape sequences or control characters (a VES field may carry them)."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
 def _summary_row(s: Summary) -> dict:
-    return {"id": s.id, "summary": s.summary[:_SUMMARY_CHARS], "model": s.model,
-            "facts": msgspec.to_builtins(s.facts) if s.facts is not None else None,
+    return {"id": clean_text(s.id), "summary": clean_text(s.summary[:_SUMMARY_CHARS]), "model": s.model,
+            "facts": _clean(msgspec.to_builtins(s.facts)) if s.facts is not None else None,
             "prompt_tokens": s.prompt_tokens, "output_tokens": s.output_tokens,
             "hierarchical": s.hierarchical, "total_s": round(s.timings.total_s, 3) if s.timings else None,
             "at": time.strftime("%H:%M:%S")}
