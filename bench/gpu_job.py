@@ -64,6 +64,8 @@ def records_for(profile: str, n: int, seed: int = 11):
 def summarizer_run(loaded, records, *, sampling: str, worker_config: bool, profile_out: Path | None = None,
                    prefix_cache: bool = True) -> dict:
     from worker.prompts.sampling import default_sampling
+    from worker.settings.budgets import Budgets
+    from worker.settings.sections import EngineSettings
     from worker.summarizer import Summarizer
     from worker.engine.sequence import SamplingParams
 
@@ -72,8 +74,9 @@ def summarizer_run(loaded, records, *, sampling: str, worker_config: bool, profi
     if worker_config:
         summarizer = worker_summarizer(loaded, params)
     else:
-        summarizer = Summarizer(loaded, token_budget=65536, max_new_tokens=NEW_TOKENS, max_seqs_per_bin=1024,
-                                sampling=params, prefix_cache=prefix_cache)
+        summarizer = Summarizer(loaded, EngineSettings(max_new_tokens=NEW_TOKENS, prefix_cache=prefix_cache,
+                                                       max_record_tokens=0), Budgets(65536, 1024, None, {}))
+        summarizer.params = params  # greedy or the production sampling, as the run asks
     profs = {}
     if profile_out is not None:  # cProfile the GPU-loop thread (Python 3.12 allows one profiler at a time)
         profs = {"gpu_loop": cProfile.Profile()}

@@ -23,13 +23,16 @@ from worker.model.config import ModelConfig
 from worker.model.llama import LlamaModel
 from worker.model.loader import embedded_model_path
 from worker.model.tokenizer import load_tokenizer
+from worker.preprocess import Preprocessor
+from worker.settings.budgets import Budgets
+from worker.settings.sections import EngineSettings
 from worker.summarizer import Summarizer
 from worker.commands.samples import generate
 
 
 def run(loaded, records, *, token_budget: int, wait: bool) -> dict:
-    s = Summarizer(loaded, token_budget=token_budget, max_new_tokens=4, max_seqs_per_bin=16,
-                   kv_capacity_rows=600_000, preprocess_workers=0)
+    s = Summarizer(loaded, EngineSettings(max_new_tokens=4, max_record_tokens=0),
+                   Budgets(token_budget, 16, 600_000, {}), preprocessor=Preprocessor(loaded.tokenizer, 0))
     if not wait:
         s.prefix.max_claim_tokens = 0  # no prompt claims a head, so none waits
     s.start()

@@ -4,7 +4,7 @@ few at a time beside other work, and the merges of the pieces' summaries planned
 The Summarizer owns the threads and the engine; this unit owns which long records wait and what
 each does next. Planning runs on the feeder thread, or on a thread of its own for a body far beyond
 one context; `submit_ready` and `plan_merge` run on the feeder thread only, so every piece and
-merge enters the engine from there. State is guarded by the Summarizer's lock (passed in).
+merge enters the engine from there. Which long records wait is guarded by its own lock.
 """
 
 from __future__ import annotations
@@ -42,13 +42,13 @@ class MergeDue:
 class LongRecords:
     """Requests are the Summarizer's (`record`, `facts`, `pieces`, `todo`, `in_flight`, `failed` …)."""
 
-    def __init__(self, *, lock: threading.Lock, tokenizer, tokenize: Callable[[list[dict[str, str]]], list[int]],
+    def __init__(self, *, tokenizer, tokenize: Callable[[list[dict[str, str]]], list[int]],
                  max_prompt_tokens: int, max_record_tokens: int | None, over_cap: str,
                  add: Callable[[Any, Any, int], None], push: Callable[[Any, Any], None],
                  wake: Callable[[object], None]) -> None:
         """add(req, prompt, piece): one piece into the engine (may raise Backpressure); push(request_id,
         result): a record's final result; wake(item): put an item on the feeder's queue."""
-        self._lock = lock
+        self._lock = threading.Lock()  # protects _deferred, _planning and _merging
         self.tokenizer, self.tokenize = tokenizer, tokenize
         self.max_prompt_tokens = max_prompt_tokens
         self.max_record_tokens, self.over_cap = max_record_tokens, over_cap
@@ -77,8 +77,10 @@ class LongRecords:
             self._merging.add(req)
         self._wake(MergeDue(req))
 
-    def has_work_locked(self) -> bool:
-        return bool(self._deferred or self._planning or self._merging)
+    def has_work(self) -> bool:
+        """True while a long record waits here (pieces to submit, planning, a merge to plan)."""
+        with self._lock:
+            return bool(self._deferred or self._planning or self._merging)
 
     @property
     def has_deferred(self) -> bool:
@@ -88,12 +90,13 @@ class LongRecords:
         with self._lock:
             return bool(self._planning)
 
-    def strand_locked(self) -> list:
+    def strand(self) -> list:
         """Every request still waiting here (for close), removed."""
-        stranded = {id(r): r for r in [*self._deferred, *self._planning, *self._merging]}
-        self._deferred.clear()
-        self._planning.clear()
-        self._merging.clear()
+        with self._lock:
+            stranded = {id(r): r for r in [*self._deferred, *self._planning, *self._merging]}
+            self._deferred.clear()
+            self._planning.clear()
+            self._merging.clear()
         return list(stranded.values())
 
     # -- planning ---------------------------------------------------------------------------

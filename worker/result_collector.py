@@ -2,8 +2,8 @@
 the exception that stopped it), which `Summarizer.poll` hands out.
 
 A record's sequence becomes its Summary here; a long record's piece is stored, and once every piece
-of its level is in, long_records plans the merge. State is guarded by the Summarizer's lock (passed
-in), which also guards the sequence owners the feeder adds to.
+of its level is in, long_records plans the merge. It owns the sequences' owners (which request, which
+piece) and the results not yet polled, under its own lock.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Hashable
+from typing import Any
 
 from worker.engine.sequence import Sequence, SequenceStatus
 from worker.messages import Summary
@@ -20,19 +21,29 @@ from worker.summary_assembly import RecordRequest, assemble_summary, finished_te
 
 
 class ResultCollector:
-    def __init__(self, finished: queue.Queue, *, lock: threading.Lock,
-                 owners: dict[int, tuple[RecordRequest, int]], model: str,
-                 decode: Callable[[list[int]], str], stops: Callable[[], tuple[str, ...]],
-                 pieces_done: Callable[[RecordRequest], None]) -> None:
-        """owners: seq_id -> (request, piece index or -1), filled as sequences enter the engine.
-        stops: the stop strings, read per sequence since a caller may replace the Summarizer's params.
-        pieces_done: called (outside the lock) once every piece of a long record's level is summarised."""
+    def __init__(self, finished: queue.Queue, *, model: str, decode: Callable[[list[int]], str],
+                 level_done: Callable[[RecordRequest], None]) -> None:
+        """finished: the engine's queue of finished sequences. level_done: called (outside the lock)
+        once every piece of a long record's level is summarised."""
         self._finished = finished
-        self._lock = lock
-        self._owners = owners
-        self._model, self._decode, self._stops = model, decode, stops
-        self._pieces_done = pieces_done
+        self._model, self._decode = model, decode
+        self._level_done = level_done
+        self._lock = threading.Lock()  # protects _owners and _results
+        self._owners: dict[int, tuple[RecordRequest, int]] = {}  # seq_id -> (request, piece index or -1)
         self._results: collections.deque[tuple[Hashable, Summary | Exception]] = collections.deque()
+
+    def track(self, req: RecordRequest, piece: int, add: Callable[..., Sequence], *args: Any) -> None:
+        """`add(*args)` puts one sequence of `req` into the engine; it is owned before it can finish
+        (the lock is held across the call). Raises what `add` raises. Thread-safe."""
+        with self._lock:
+            seq = add(*args)
+            self._owners[seq.seq_id] = (req, piece)
+            req.in_flight += 1
+
+    def has_unfinished_levels(self) -> bool:
+        """True while a long record still has pieces of its level in the engine. Thread-safe."""
+        with self._lock:
+            return any(r.hierarchical and not r.failed and None in r.pieces for r, _ in self._owners.values())
 
     def poll(self, timeout: float) -> list[tuple[Hashable, Summary | Exception]]:
         """Finished requests since the last call, waiting up to `timeout` s for the first. Thread-safe."""
@@ -73,11 +84,11 @@ class ResultCollector:
             self.push(req.request_id, seq.error or RuntimeError("generation failed"))
             return
         req.count_sequence(seq)
-        text = finished_text(seq, self._decode, self._stops())
+        text = finished_text(seq, self._decode)
         if piece < 0:
             self.push(req.request_id, assemble_summary(req, text, self._model))
             return
         req.pieces[piece] = text.strip()
         if None in req.pieces:
             return
-        self._pieces_done(req)  # the feeder plans and adds the merge
+        self._level_done(req)  # the feeder plans and adds the merge

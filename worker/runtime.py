@@ -188,7 +188,6 @@ def log_bin(token_budget: int) -> Callable[[Any], None]:
 def build_summarizer(engine: EngineSettings, budgets: Budgets, loaded, dispatcher=None, preprocessor=None):
     """The Summarizer both commands run, with the budgets in force and the engine's sampling.
     With debug logging on, its dispatcher logs one line per bin. preprocessor: see start_preprocessor."""
-    from worker.prompts.sampling import default_sampling
     from worker.summarizer import Summarizer
 
     if dispatcher is None and bin_log.isEnabledFor(logging.DEBUG):
@@ -197,14 +196,7 @@ def build_summarizer(engine: EngineSettings, budgets: Budgets, loaded, dispatche
         inner = BinDispatcher(budgets.token_budget, max_seqs_per_bin=budgets.max_seqs_per_bin,
                               pad_id=loaded.tokenizer.pad_token_id or 0)
         dispatcher = ObservedDispatcher(inner, log_bin(budgets.token_budget))
-    return Summarizer(loaded, token_budget=budgets.token_budget, max_new_tokens=engine.max_new_tokens,
-                      kv_capacity_rows=budgets.kv_rows, max_seqs_per_bin=budgets.max_seqs_per_bin,
-                      max_context=engine.max_context, seed=engine.seed, dispatcher=dispatcher,
-                      prefix_cache=engine.prefix_cache, prefix_cache_tokens=engine.prefix_cache_tokens,
-                      mixed_steps=engine.mixed_steps,
-                      max_record_tokens=engine.max_record_tokens or None, max_decode_seqs=budgets.max_decode_seqs,
-                      over_cap=engine.over_cap, preprocessor=preprocessor,
-                      sampling=default_sampling(engine.max_new_tokens, engine.temperature, engine.top_p))
+    return Summarizer(loaded, engine, budgets, dispatcher=dispatcher, preprocessor=preprocessor)
 
 
 def banner(command: str, loaded, budgets: Budgets, summarizer=None, **extra: Any) -> None:

@@ -10,21 +10,19 @@ selection, or refused with RecordTooLong, as the operator chose.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import queue
 import threading
 import time
 from collections.abc import Hashable, Iterable, Iterator
 
-from worker.dispatch import Backpressure
+from worker.dispatch import Backpressure, BinDispatcher
 from worker.engine.engine import Engine
 from worker.engine.errors import EngineClosed
 from worker.engine.kv_arena import KVArena
 from worker.engine.prefix_reuse import BLOCK_SIZE as PREFIX_BLOCK_SIZE
 from worker.engine.prefix_reuse import PrefixReuse
 from worker.engine.runner import ModelRunner
-from worker.engine.sequence import SamplingParams
 from worker.engine.sizing import arena_rows
 from worker.engine.warmup import capture_decode_graphs, run_first_step
 from worker.in_order import results_in_order, summarize_all
@@ -35,6 +33,8 @@ from worker.preprocess import Prepared, Preprocessor, default_workers, tokenize_
 from worker.prompts import approx_tokens
 from worker.prompts.sampling import default_sampling
 from worker.result_collector import ResultCollector
+from worker.settings.budgets import Budgets
+from worker.settings.sections import EngineSettings
 from worker.summary_assembly import RecordRequest
 
 log = logging.getLogger(__name__)
@@ -45,89 +45,65 @@ _JOIN_POLL_S = 0.05
 # A body longer than this many contexts (estimated, 4 characters a token) is planned on a thread
 # of its own instead of the caller's.
 _PLAN_APART_CONTEXTS = 2
-OVER_CAP_POLICIES = ("select", "dead_letter")
+# Records accepted but not yet handed to the engine, beyond which `submit` raises Backpressure.
+MAX_PENDING_RECORDS = 4096
 
 
 class Summarizer:
     """Owns the dispatcher, the KV arena and the engine thread for one loaded model."""
 
-    def __init__(self, loaded, *, token_budget: int, max_new_tokens: int,
-                 kv_capacity_rows: int | None = None, max_seqs_per_bin: int = 64,
-                 sampling: SamplingParams | None = None, seed: int = 0, dispatcher=None,
-                 max_context: int | None = None, max_record_tokens: int | None = None,
-                 over_cap: str = "select", preprocess_workers: int | None = None,
-                 max_pending_records: int = 4096, prefix_cache: bool = True,
-                 prefix_cache_tokens: int | None = None, max_decode_seqs: int | None = None,
-                 preprocessor: Preprocessor | None = None, mixed_steps: bool = False) -> None:
-        """max_record_tokens / over_cap: the per-record work cap and what happens beyond it ('select'
-        a stated part, or 'dead_letter' as RecordTooLong). preprocess_workers: processes preparing
-        records (facts, prompt, tokens); None = a default for the device (see worker.preprocess).
-        preprocessor: one already started (its processes spawning while the engine warms up), used
-        instead of a new one and closed with the summarizer.
-        max_pending_records: records accepted but not yet handed to the engine, beyond which `submit`
-        raises Backpressure. prefix_cache: keep the KV of prompt heads in a region at the end of the
-        arena and reuse it; prefix_cache_tokens: that region's rows (None: `prefix_region_rows`),
-        in whole blocks. The region never takes rows from the slabs: a defaulted arena grows by it, a
-        given one keeps at least one full context for slabs. max_decode_seqs: sequences decoding at
-        once (the probe's measure); records beyond it wait, and a caller submitting faster meets
-        Backpressure. mixed_steps: bins prefilled in the same forward as the decoding sequences' next
-        tokens (Engine; off by default: docs/streaming.md has the measurements)."""
+    def __init__(self, loaded, engine: EngineSettings, budgets: Budgets, *, dispatcher=None,
+                 preprocessor: Preprocessor | None = None) -> None:
+        """engine: the `[engine]` settings it reads (summary length and sampling, context, the per-record
+        work cap and what happens beyond it, prefix cache, mixed steps, seed); budgets: the budgets in
+        force (bin tokens and sequences, KV rows, sequences decoding at once: records beyond them wait,
+        and a caller submitting faster meets Backpressure). A defaulted arena (kv_rows None) grows by
+        the prefix cache's region; a given one keeps at least one full context for slabs.
+        dispatcher: one for the budgets when None. preprocessor: one already started (its processes
+        spawning while the engine warms up), used instead of a new one and closed with the summarizer."""
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer
-        # The prompts ask for one paragraph; the stop string ends the model's habit of adding another,
-        # the repetition penalty its loops (both measured by `telesum bench quality`).
-        self.params = sampling or default_sampling(max_new_tokens)
-        if self.params.max_new_tokens != max_new_tokens:
-            self.params = dataclasses.replace(self.params, max_new_tokens=max_new_tokens)
+        self.params = default_sampling(engine.max_new_tokens, engine.temperature, engine.top_p)
         cfg = loaded.config
-        self.max_context = max_context or cfg.max_position_embeddings
-        if over_cap not in OVER_CAP_POLICIES:
-            raise ValueError(f"over_cap must be one of {', '.join(OVER_CAP_POLICIES)}; got {over_cap!r}")
-        if max_record_tokens is not None and max_record_tokens < self.max_context:
-            raise ValueError(f"max_record_tokens {max_record_tokens} is below the context of {self.max_context}")
-        self.max_record_tokens, self.over_cap = max_record_tokens, over_cap
-        if self.max_context <= max_new_tokens:
-            raise ValueError(f"max_new_tokens {max_new_tokens} leaves no room in a {self.max_context}-token context")
+        self.max_context = engine.max_context or cfg.max_position_embeddings
+        max_record_tokens = engine.work_cap(self.max_context)
+        if self.max_context <= engine.max_new_tokens:
+            raise ValueError(f"max_new_tokens {engine.max_new_tokens} leaves no room in a "
+                             f"{self.max_context}-token context")
         param = next(loaded.model.parameters())
         self.device = param.device
-        kv_capacity_rows, region = arena_rows(
-            cfg, param.dtype, self.device, kv_rows=kv_capacity_rows, token_budget=token_budget,
-            max_seqs_per_bin=max_seqs_per_bin, max_new_tokens=max_new_tokens, max_context=self.max_context,
-            prefix_cache=prefix_cache, prefix_cache_tokens=prefix_cache_tokens)
-        if dispatcher is None:
-            from worker.dispatch import BinDispatcher
-
-            dispatcher = BinDispatcher(token_budget, max_seqs_per_bin=max_seqs_per_bin,
-                                       pad_id=self.tokenizer.pad_token_id or 0)
-        self.dispatcher = dispatcher
-        self.max_seqs_per_bin = max_seqs_per_bin
-        self.arena = KVArena(cfg, kv_capacity_rows, dtype=param.dtype, device=self.device, reserved_tail_rows=region)
-        self.prefix = (PrefixReuse(self.arena.cache, first_row=kv_capacity_rows - region,
+        kv_rows, region = arena_rows(
+            cfg, param.dtype, self.device, kv_rows=budgets.kv_rows, token_budget=budgets.token_budget,
+            max_seqs_per_bin=budgets.max_seqs_per_bin, max_new_tokens=engine.max_new_tokens,
+            max_context=self.max_context, prefix_cache=engine.prefix_cache,
+            prefix_cache_tokens=engine.prefix_cache_tokens)
+        self.dispatcher = dispatcher or BinDispatcher(budgets.token_budget, max_seqs_per_bin=budgets.max_seqs_per_bin,
+                                                      pad_id=self.tokenizer.pad_token_id or 0)
+        self.max_seqs_per_bin = budgets.max_seqs_per_bin
+        self.arena = KVArena(cfg, kv_rows, dtype=param.dtype, device=self.device, reserved_tail_rows=region)
+        self.prefix = (PrefixReuse(self.arena.cache, first_row=kv_rows - region,
                                    num_blocks=region // PREFIX_BLOCK_SIZE) if region else None)
         self.runner = ModelRunner(loaded.model, self.arena.cache, self.device)
-        self.max_decode_seqs = max_decode_seqs
+        self.max_decode_seqs = budgets.max_decode_seqs
         self.engine = Engine(self.runner, self.dispatcher,
                              self.arena.slabs, eos_ids=tuple(cfg.eos_token_ids), max_context=self.max_context,
-                             detokenize=self._decode if self.params.stop else None, seed=seed,
-                             prefix_reuse=self.prefix, max_decode_seqs=max_decode_seqs, mixed_steps=mixed_steps)
-        self.preprocessor = preprocessor or Preprocessor(
-            self.tokenizer, default_workers(self.device.type) if preprocess_workers is None else preprocess_workers)
-        self.max_pending_records = max_pending_records
+                             detokenize=self._decode if self.params.stop else None, seed=engine.seed,
+                             prefix_reuse=self.prefix, max_decode_seqs=self.max_decode_seqs,
+                             mixed_steps=engine.mixed_steps)
+        self.preprocessor = preprocessor or Preprocessor(self.tokenizer, default_workers(self.device.type))
+        self.max_pending_records = MAX_PENDING_RECORDS
         self._prepared: queue.SimpleQueue = queue.SimpleQueue()  # (request, future of Prepared); None = stop
-        self._num_pending = 0  # submitted records not yet handed to the engine (or failed)
         self._feeder: threading.Thread | None = None
         self._abandon = False  # set by close(): queued records fail instead of reaching the engine
-        self._lock = threading.Lock()  # protects _owners, _closing, _num_pending, the results, long_records' queues
-        self._owners: dict[int, tuple[RecordRequest, int]] = {}  # seq_id -> (request, piece index or -1)
+        self._lock = threading.Lock()  # protects _closing and _num_pending
         self._closing = False
-        # long_records is made below; the lambda reads it when a piece finishes, long after
-        self.results = ResultCollector(
-            self.engine.finished, lock=self._lock, owners=self._owners, model=loaded.name, decode=self._decode,
-            stops=lambda: self.params.stop, pieces_done=lambda req: self.long_records.piece_done(req))
+        self._num_pending = 0  # submitted records not yet handed to the engine (or failed)
+        self.results = ResultCollector(self.engine.finished, model=loaded.name, decode=self._decode,
+                                       level_done=self._level_done)
         self.long_records = LongRecords(
-            lock=self._lock, tokenizer=self.tokenizer, tokenize=self.tokenize,
+            tokenizer=self.tokenizer, tokenize=self.tokenize,
             max_prompt_tokens=self.max_context - self.params.max_new_tokens,
-            max_record_tokens=self.max_record_tokens, over_cap=self.over_cap, add=self._add, push=self.results.push,
+            max_record_tokens=max_record_tokens, over_cap=engine.over_cap, add=self._add, push=self.results.push,
             wake=self._prepared.put)
         self._thread: threading.Thread | None = None
 
@@ -177,8 +153,8 @@ class Summarizer:
             while self._thread.is_alive() and (deadline is None or time.monotonic() < deadline):
                 self._thread.join(_JOIN_POLL_S)
         self.results.pump(0.0)
-        with self._lock:  # hierarchical pieces or merges that never reached the engine
-            stranded = [r for r in self.long_records.strand_locked() if not r.failed]
+        # hierarchical pieces or merges that never reached the engine
+        stranded = [r for r in self.long_records.strand() if not r.failed]
         for req in stranded:
             req.failed = True
             self.results.push(req.request_id, EngineClosed("the summarizer closed before this record finished"))
@@ -278,16 +254,17 @@ class Summarizer:
                 self.dispatcher.wait_for_room(len(prompt), _JOIN_POLL_S)
 
     def _add(self, req: RecordRequest, prompt, piece: int) -> None:
-        with self._lock:  # held across add so the sequence is owned before it can finish
-            seq = self.engine.add(prompt, self.params)
-            self._owners[seq.seq_id] = (req, piece)
-            req.in_flight += 1
+        self.results.track(req, piece, self.engine.add, prompt, self.params)
         req.prompt_tokens += len(prompt)
+
+    def _level_done(self, req: RecordRequest) -> None:
+        """Every piece of a long record's level is summarised (called by the results)."""
+        self.long_records.piece_done(req)
 
     def _has_unsubmitted_work(self) -> bool:
         with self._lock:
-            return self.long_records.has_work_locked() or self._num_pending > 0 or any(
-                r.hierarchical and not r.failed and None in r.pieces for r, _ in self._owners.values())
+            pending = self._num_pending > 0
+        return pending or self.long_records.has_work() or self.results.has_unfinished_levels()
 
     # -- offline helpers --------------------------------------------------------------------
     def summarize_all(self, records: Iterable[TelemetryRecord]) -> Iterator[Summary]:

@@ -48,12 +48,12 @@ class RecordRequest:
         self.output_tokens += len(seq.output)
 
 
-def finished_text(seq: Sequence, decode: Callable[[list[int]], str], stop: tuple[str, ...]) -> str:
-    """The text a finished sequence generated, cut at the first stop string."""
+def finished_text(seq: Sequence, decode: Callable[[list[int]], str]) -> str:
+    """The text a finished sequence generated, cut at the first of its stop strings."""
     text = seq.text
     if text is None:  # the stop check only decodes on trigger tokens: cut any stop it missed
         text = decode(seq.output)
-        cut = first_stop(text, stop)
+        cut = first_stop(text, seq.params.stop)
         text = text if cut < 0 else text[:cut]
     return text
 

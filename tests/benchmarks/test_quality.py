@@ -102,7 +102,7 @@ def test_score_and_aggregate_per_kind_and_overall():
     good = score(record, truth, "gNB-0642 lost its BGP session (peer down), a major fault at 00:03 UTC.")
     bad = score(record, truth, LINES[0])
     assert good == {"agrees": False, "entity": True, "problem": True, "severity": True, "echo": False, "empty": False,
-                    "copied": False}
+                    "copied": False, "placeholder": False, "unchecked_kpi": False, "senders": True}
     assert bad["echo"] and not bad["severity"]
     rows = [{"kind": "syslog", "length": "short", "score": good}, {"kind": "pm", "length": "short", "score": bad}]
     groups = aggregate(rows)
@@ -185,6 +185,8 @@ def test_whole_real_log_goes_hierarchical_facts_name_the_host_and_the_check_tell
     small for it: summarised in pieces, then merged. The facts name the host; whether the merged
     prose does (SmolLM2-135M without a worked example often does not) is what `narrative` says."""
     from worker.model import embedded_model_path, load_model
+    from worker.settings.budgets import Budgets
+    from worker.settings.sections import EngineSettings
     from worker.summarizer import Summarizer
 
     try:
@@ -193,8 +195,9 @@ def test_whole_real_log_goes_hierarchical_facts_name_the_host_and_the_check_tell
         pytest.skip(str(exc))
     record, truth = next(r for r in generate(8, "real-long", 5) if r[0].attributes["format"] == "bsd")
     assert len(record.body.splitlines()) >= 2000
-    summarizer = Summarizer(load_model(path, device=torch.device("cpu")), token_budget=1024, max_new_tokens=48,
-                            max_seqs_per_bin=8, max_context=640)
+    summarizer = Summarizer(load_model(path, device=torch.device("cpu")),
+                            EngineSettings(max_new_tokens=48, max_context=640, max_record_tokens=0),
+                            Budgets(1024, 8, None, {}))
     summarizer.start()
     try:
         (summary,) = list(summarizer.summarize_all([record]))

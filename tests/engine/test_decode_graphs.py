@@ -7,6 +7,9 @@ import torch
 
 from worker.engine.decode_graphs import DecodeGraphs
 from worker.model.kv_cache import KVCache
+from worker.preprocess import Preprocessor
+from worker.settings.budgets import Budgets
+from worker.settings.sections import EngineSettings
 from worker.summarizer import Summarizer
 
 from tests.engine.conftest import FakeDispatcher
@@ -63,8 +66,9 @@ def test_decode_graphs_warm_captures_each_missing_bucket_once(tiny_model):
 
 def test_summarizer_start_captures_the_buckets_its_budgets_reach_before_the_gpu_loop(tiny_model, monkeypatch):
     loaded = SimpleNamespace(model=tiny_model, config=tiny_model.cfg, tokenizer=tiny_tokenizer(), name="tiny")
-    s = Summarizer(loaded, token_budget=256, max_new_tokens=4, kv_capacity_rows=2048, max_seqs_per_bin=8,
-                   dispatcher=FakeDispatcher(256, 16), max_decode_seqs=40, preprocess_workers=0)
+    s = Summarizer(loaded, EngineSettings(max_new_tokens=4, max_record_tokens=0),
+                   Budgets(256, 8, 2048, {}, max_decode_seqs=40), dispatcher=FakeDispatcher(256, 16),
+                   preprocessor=Preprocessor(loaded.tokenizer, 0))
     graphs = s.runner.decode_step
     graphs.use_graphs = True
     warmed: list[tuple[int | None, bool]] = []

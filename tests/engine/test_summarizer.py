@@ -15,7 +15,10 @@ from worker.model.attention import SdpaBackend
 from worker.model.config import ModelConfig
 from worker.model.llama import LlamaModel
 from worker.long_records import MAX_PIECES_IN_FLIGHT
+from worker.preprocess import Preprocessor
 from worker.prompts import answer_opening, build_messages, with_opening
+from worker.settings.budgets import Budgets
+from worker.settings.sections import EngineSettings
 from worker.summarizer import Summarizer
 
 from tests.engine.conftest import FakeDispatcher
@@ -40,9 +43,16 @@ def _record(i: int, body: str | None = None) -> TelemetryRecord:
                            body=body or f"<11>1 2026-11-29T10:0{i % 10}:00Z cell{i} ran - - - link down on port {i}")
 
 
+def _built(loaded, token_budget=1024, *, kv_rows=None, preprocess_workers=None, **engine) -> Summarizer:
+    """A Summarizer of MAX_NEW tokens, 64 sequences per bin and no work cap unless `engine` says otherwise."""
+    settings = EngineSettings(**{"max_new_tokens": MAX_NEW, "max_record_tokens": 0, **engine})
+    preprocessor = None if preprocess_workers is None else Preprocessor(loaded.tokenizer, preprocess_workers)
+    return Summarizer(loaded, settings, Budgets(token_budget, 64, kv_rows, {}),
+                      dispatcher=FakeDispatcher(token_budget, 16), preprocessor=preprocessor)
+
+
 def _summarizer(loaded, token_budget=1024, **kw) -> Summarizer:
-    s = Summarizer(loaded, token_budget=token_budget, max_new_tokens=MAX_NEW,
-                   dispatcher=FakeDispatcher(token_budget, 16), **kw)
+    s = _built(loaded, token_budget, **kw)
     s.start()
     return s
 
@@ -112,12 +122,12 @@ def test_summarizer_beyond_context_summarises_hierarchically(loaded):
 
 def test_summarizer_failed_request_comes_back_as_exception_and_loop_survives(loaded):
     ok, big = _record(4), _record(3, body="x " * 400)
-    s = _summarizer(loaded, kv_capacity_rows=1)  # only to measure prompts with the real template
+    s = _summarizer(loaded, kv_rows=1)  # only to measure prompts with the real template
     prompt_len = {r.id: len(s.tokenize(build_messages(r, extract_facts(r)))) for r in (ok, big)}
     s.close()
     capacity = prompt_len["r4"] + MAX_NEW  # exactly what "ok" needs
     assert prompt_len["r3"] + MAX_NEW > capacity and prompt_len["r3"] + MAX_NEW <= s.max_context
-    s = _summarizer(loaded, kv_capacity_rows=capacity)
+    s = _summarizer(loaded, kv_rows=capacity)
     try:
         s.submit("big", big)
         s.submit("ok", ok)
@@ -190,8 +200,8 @@ def test_summarizer_record_failing_preparation_comes_back_as_its_error(loaded, m
 def test_summarizer_submit_raises_backpressure_past_max_pending(loaded):
     from worker.dispatch import Backpressure
 
-    s = Summarizer(loaded, token_budget=1024, max_new_tokens=MAX_NEW, dispatcher=FakeDispatcher(1024, 16),
-                   max_pending_records=0)
+    s = _built(loaded)
+    s.max_pending_records = 0
     with pytest.raises(Backpressure, match="waiting"):
         s.submit("r0", _record(0))
 
@@ -199,7 +209,7 @@ def test_summarizer_submit_raises_backpressure_past_max_pending(loaded):
 def test_summarizer_prefix_cache_same_summaries_and_serves_shared_heads(loaded):
     records = [_record(i) for i in range(8)]
     plain = _summarizer(loaded, prefix_cache=False)
-    cached = _summarizer(loaded, kv_capacity_rows=32768)
+    cached = _summarizer(loaded, kv_rows=32768)
     try:
         assert plain.prefix is None and cached.prefix is not None
         expected = [x.summary for x in plain.summarize_all(records[:1])]
@@ -234,7 +244,7 @@ def _long_body(lines: int, seed: int = 0) -> str:
 
 
 def test_plan_merge_groups_fit_and_shrink_the_level(loaded):
-    s = _summarizer(loaded, kv_capacity_rows=1, max_context=1024)  # only its tokenizer
+    s = _summarizer(loaded, kv_rows=1, max_context=1024)  # only its tokenizer
     s.close()
     record, limit = _record(5, body="x"), 1024 - MAX_NEW
     summaries = [f"cell{i} reported link down and recovered at 10:{i % 60:02d}" for i in range(60)]
@@ -318,7 +328,7 @@ def test_summarizer_over_work_cap_dead_letter_policy_refuses(loaded):
     assert isinstance(results["big"], RecordTooLong) and "work cap of 3000" in str(results["big"])
     assert isinstance(results["small"], Summary) and results["small"].selection is None
     with pytest.raises(ValueError, match="over_cap"):
-        Summarizer(loaded, token_budget=512, max_new_tokens=MAX_NEW, over_cap="drop")
+        _built(loaded, token_budget=512, over_cap="drop")
 
 
 def test_summarizer_far_beyond_context_plans_off_the_callers_thread(loaded):
@@ -341,15 +351,13 @@ def test_summarizer_far_beyond_context_plans_off_the_callers_thread(loaded):
 
 def test_summarizer_prefix_cache_region_follows_the_setting_and_never_takes_slab_rows(loaded):
     from worker.runtime import build_summarizer
-    from worker.settings.budgets import Budgets
     from worker.settings.load import load_settings
 
     engine = load_settings(env={"TELESUM_PREFIX_CACHE_TOKENS": "1000"}).settings.engine
     assert engine.prefix_cache_tokens == 1000
     budgets = Budgets(token_budget=1024, max_seqs_per_bin=16, kv_rows=None, sources={})
     sized = build_summarizer(engine, budgets, loaded, dispatcher=FakeDispatcher(1024, 16))
-    given = Summarizer(loaded, token_budget=1024, max_new_tokens=MAX_NEW, dispatcher=FakeDispatcher(1024, 16),
-                       kv_capacity_rows=loaded.config.max_position_embeddings + 256, prefix_cache_tokens=1000)
+    given = _built(loaded, kv_rows=loaded.config.max_position_embeddings + 256, prefix_cache_tokens=1000)
     off = build_summarizer(load_settings(env={"TELESUM_PREFIX_CACHE": "false"}).settings.engine, budgets, loaded,
                            dispatcher=FakeDispatcher(1024, 16))
     try:

@@ -144,6 +144,8 @@ def test_smollm2_quiet_records_of_every_kind_copy_no_worked_example():
 
     from worker.model import embedded_model_path, load_model
     from worker.prompts import copied_example_value
+    from worker.settings.budgets import Budgets
+    from worker.settings.sections import EngineSettings
     from worker.summarizer import Summarizer
 
     try:
@@ -151,8 +153,8 @@ def test_smollm2_quiet_records_of_every_kind_copy_no_worked_example():
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
     records = [TelemetryRecord(id=kind, kind=kind, body=body) for kind, body in QUIET.items()]
-    summarizer = Summarizer(load_model(path, device=torch.device("cpu")), token_budget=4096, max_new_tokens=48,
-                            max_seqs_per_bin=8)
+    summarizer = Summarizer(load_model(path, device=torch.device("cpu")),
+                            EngineSettings(max_new_tokens=48, max_record_tokens=0), Budgets(4096, 8, None, {}))
     summarizer.start()
     try:
         summaries = list(summarizer.summarize_all(records))

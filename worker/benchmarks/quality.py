@@ -205,14 +205,15 @@ def summarise(records: list[TelemetryRecord], model: str | None, device: str, ma
     import torch
 
     from worker.model import embedded_model_path, load_model
-    from worker.settings.budgets import device_defaults
+    from worker.settings.budgets import Budgets, device_defaults
+    from worker.settings.sections import EngineSettings
     from worker.summarizer import Summarizer
 
     dev = torch.device(device)
-    budgets = device_defaults(dev.type)  # what both commands use on this device
+    defaults = device_defaults(dev.type)  # what both commands use on this device
     loaded = load_model(model or embedded_model_path(), device=dev)
-    summarizer = Summarizer(loaded, token_budget=budgets["token_budget"], max_new_tokens=max_new_tokens,
-                            max_seqs_per_bin=budgets["max_seqs_per_bin"])
+    summarizer = Summarizer(loaded, EngineSettings(max_new_tokens=max_new_tokens, max_record_tokens=0),
+                            Budgets(defaults["token_budget"], defaults["max_seqs_per_bin"], None, {}))
     summarizer.start()
     try:
         return loaded.name, list(summarizer.results_in_order(records))
