@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+import pytest
+
+from worker.incidents import RoomConfig
+from worker.settings.fields import SettingsError
+from worker.settings.load import from_values, load_settings
+
+
+def test_config_from_settings_loads_topology_and_rules_files(tmp_path):
+    (tmp_path / "t.csv").write_text("element_a,element_b\na,b\n")
+    (tmp_path / "r.csv").write_text("cause_type,effect_type\nLOS,LINK\n")
+    env = {"TELESUM_INCIDENT_TOPIC": "incidents", "TELESUM_INCIDENT_TOPOLOGY": str(tmp_path / "t.csv"),
+           "TELESUM_INCIDENT_RULES": str(tmp_path / "r.csv"), "TELESUM_INCIDENT_MAX_HOPS": "3",
+           "TELESUM_INCIDENT_ONLY": "true"}
+    settings = load_settings(None, env).settings.incidents
+    assert settings.enabled and settings.only and settings.max_hops == 3
+    config = RoomConfig.from_settings(settings)
+    assert config.grouping == "rules+topology" and config.max_hops == 3 and config.rules.causes("LOS", "LINK")
+
+
+def test_config_defaults_leave_incidents_off():
+    settings = from_values({}).settings.incidents
+    assert not settings.enabled and RoomConfig.from_settings(settings).grouping == "element+time"
+
+
+def test_config_spread_below_link_bound_refused():
+    with pytest.raises(SettingsError, match="max_hops"):
+        from_values({"incidents.link_hops": 3, "incidents.max_hops": 2})
+    with pytest.raises(ValueError, match="max_hops"):
+        RoomConfig(link_hops=3, max_hops=2)
