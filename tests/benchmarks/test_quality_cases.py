@@ -40,3 +40,32 @@ def test_operator_notes_hold_no_problem_the_parsers_know():
     for record, truth in notes:
         assert record.kind == "text" and truth.entity in record.body
         assert extract_facts(record).problem is None, record.body
+
+
+def test_network_cases_are_deterministic_and_every_shape_comes_round():
+    cases = quality_cases.generate_network(16, seed=3)
+    assert cases == quality_cases.generate_network(16, seed=3)
+    assert {r.attributes["shape"] for r, _ in cases} == set(quality_cases.NETWORK_SHAPES)
+
+
+def test_network_openings_name_the_truth_without_filler_or_an_unchecked_kpi():
+    from worker.benchmarks.quality import score
+    from worker.prompts import answer_opening
+
+    for record, truth in quality_cases.generate_network(32, seed=5):
+        text = answer_opening(record, extract_facts(record))
+        checks = score(record, truth, text)
+        assert checks["entity"] and checks["problem"] and checks["severity"] and checks["senders"], (record.id, text)
+        assert not checks["placeholder"] and not checks["unchecked_kpi"], (record.id, text)
+
+
+def test_bench_opening_only_needs_no_model(tmp_path):
+    import json
+
+    from worker.cli import main
+
+    out = tmp_path / "q.jsonl"
+    assert main(["bench", "quality", "--n", "8", "--network", "8", "--mixed", "0", "--real", "0", "--grounding", "0",
+                 "--opening-only", "--output", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 8 and all(r["set"] == "network" and r["summary"] for r in rows)

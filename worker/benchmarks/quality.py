@@ -22,6 +22,16 @@ ground truth:
   extracted facts rather than the ground truth: what a consumer sees at run time.
 - copied: the summary holds a worked example's element, time or problem words
   (`worker.prompts.copied_example_value`).
+- placeholder: the summary quotes a filler text the record holds (`details["placeholders"]` of the
+  truth, `|`-separated: `additional text details`); unchecked_kpi: it says "within normal range"
+  of a PM report from whose counters no known KPI can be computed (`details["kpiComputed"] == "no"`);
+  senders: every sender of `details["senders"]` is named (true when the truth lists none).
+
+`--network N` adds the cases of `quality_cases.generate_network` (group `set=network`: 3GPP
+notifications over VES stndDefined, PM reports without a known KPI, windows of several senders).
+`--opening-only` scores the grounded opening written from the extracted facts without loading a
+model: with the embedded model every summary is its opening, so this is what users read, on a CPU
+in seconds.
 """
 
 from __future__ import annotations
@@ -114,9 +124,29 @@ def is_echo(summary: str, body_lines: list[str], overlap: float = ECHO_OVERLAP) 
     return any(len(mine & tokens(line)) >= overlap * len(mine) for line in body_lines if line.strip())
 
 
+def quotes_placeholder(summary: str, truth: Facts) -> bool:
+    """True when the summary quotes one of the filler texts the truth lists."""
+    fillers = [f for f in truth.details.get("placeholders", "").split("|") if f.strip()]
+    text = normalise(summary)
+    return any(re.search(r"(?<![a-z0-9])" + re.escape(normalise(f)) + r"(?![a-z0-9])", text) for f in fillers)
+
+
+def claims_unchecked_kpi(summary: str, truth: Facts) -> bool:
+    """True when the summary says KPIs are within normal range while none could be computed."""
+    return truth.details.get("kpiComputed") == "no" and "normal range" in normalise(summary)
+
+
+def senders_named(summary: str, truth: Facts) -> bool:
+    """True when every sender the truth lists is named (as `entity_named` reads a name)."""
+    return all(entity_named(summary, s) for s in truth.details.get("senders", "").split(", ") if s.strip())
+
+
 def score(record: TelemetryRecord, truth: Facts, summary: str, agrees: bool = False) -> dict[str, bool]:
     """The checks for one summary against its record's ground truth (`agrees` as the Summary said)."""
     return {
+        "placeholder": quotes_placeholder(summary, truth),
+        "unchecked_kpi": claims_unchecked_kpi(summary, truth),
+        "senders": senders_named(summary, truth),
         "agrees": agrees,
         "entity": entity_named(summary, truth.entity),
         "problem": problem_named(summary, problem_keywords(truth)),
@@ -140,24 +170,24 @@ def aggregate(rows: list[dict]) -> dict[str, dict[str, float]]:
         members = groups[name]
         out[name] = {"n": len(members), **{check: sum(r["score"][check] for r in members) / len(members)
                                            for check in ("entity", "problem", "severity", "echo", "empty", "agrees",
-                                                         "copied")
+                                                         "copied", "placeholder", "unchecked_kpi", "senders")
                                            if check in members[0]["score"]}}
     return out
 
 
 # -- the run ---------------------------------------------------------------------------------
 def corpus(n: int, mixed: int, seed: int, real: int = 0, grounding: int = 0,
-           formats: int = 0) -> list[tuple[TelemetryRecord, Facts, str]]:
+           formats: int = 0, network: int = 0) -> list[tuple[TelemetryRecord, Facts, str]]:
     """(record, truth, length group) for `n - mixed - real - formats - grounding` short records, then
     `mixed` from `mixed`, then `real` from `real`, `formats` from `real-formats` (network gear, app logs,
     28.532 PM, VES alarm names), then `grounding` from `quality_cases`."""
     from worker.benchmarks import quality_cases
     from worker.commands.samples import generate
 
-    if min(mixed, real, grounding, formats) < 0 or mixed + real + grounding + formats > n:
-        raise ValueError(f"--mixed ({mixed}), --real ({real}), --formats ({formats}) and --grounding ({grounding}) "
-                         f"must be >= 0 and add up to at most n ({n})")
-    out = [(r, t, "short") for r, t in generate(n - mixed - real - formats - grounding, "short", seed)]
+    if min(mixed, real, grounding, formats, network) < 0 or mixed + real + grounding + formats + network > n:
+        raise ValueError(f"--mixed ({mixed}), --real ({real}), --formats ({formats}), --grounding ({grounding}) and "
+                         f"--network ({network}) must be >= 0 and add up to at most n ({n})")
+    out = [(r, t, "short") for r, t in generate(n - mixed - real - formats - grounding - network, "short", seed)]
     for record, truth in generate(mixed, "mixed", seed):
         long = len(render_body(record).split()) > 1000
         out.append((msgspec.structs.replace(record, id=f"mixed-{record.id}"), truth, "long" if long else "short"))
@@ -165,6 +195,7 @@ def corpus(n: int, mixed: int, seed: int, real: int = 0, grounding: int = 0,
         long = len(render_body(record).split()) > 1000
         out.append((record, truth, "long" if long else "short"))
     out += [(record, truth, "short") for record, truth in quality_cases.generate(grounding, seed)]
+    out += [(record, truth, "short") for record, truth in quality_cases.generate_network(network, seed)]
     return out
 
 
@@ -174,7 +205,7 @@ def record_set(record: TelemetryRecord) -> str:
     of `quality_cases`) or `generated`."""
     if record.attributes.get("shape") == "real-formats":
         return "formats"
-    for prefix in ("real", "grounding"):
+    for prefix in ("real", "grounding", "network"):
         if record.id.startswith(prefix + "-"):
             return prefix
     return "generated"
@@ -191,6 +222,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "TS 28.532 PM, VES alarm names; default 0)")
     parser.add_argument("--grounding", type=int, default=None,
                         help="how many of them are host-log windows and operator notes (default n // 5)")
+    parser.add_argument("--network", type=int, default=0,
+                        help="how many of them are 3GPP notifications over VES, PM reports without a known KPI "
+                             "and windows of several senders (quality_cases.generate_network; default 0)")
+    parser.add_argument("--opening-only", action="store_true",
+                        help="score the grounded opening from the extracted facts, without a model (what the "
+                             "embedded model's summaries are)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-new-tokens", type=int, default=80)
     parser.add_argument("--model", default=None, help="HF folder or .gguf (default: embedded SmolLM2-135M)")
@@ -221,6 +258,22 @@ def summarise(records: list[TelemetryRecord], model: str | None, device: str, ma
         summarizer.close(drain=False)
 
 
+def openings(records: list[TelemetryRecord]):
+    """(name, [(record, Summary)]) of the grounded openings alone: the facts, the opening, its check."""
+    from worker.facts import extract_facts
+    from worker.facts.agreement import check_narrative
+    from worker.messages import Summary
+    from worker.prompts import answer_opening
+
+    out = []
+    for record in records:
+        facts = extract_facts(record)
+        text = answer_opening(record, facts)
+        out.append((record, Summary(id=record.id, summary=text, model="opening-only", prompt_tokens=0,
+                                    output_tokens=0, facts=facts, narrative=check_narrative(text, facts, record))))
+    return "opening-only (no model)", out
+
+
 def run(args: argparse.Namespace) -> int:
     if args.n < 1:
         raise ValueError(f"--n must be >= 1, got {args.n}")
@@ -228,9 +281,13 @@ def run(args: argparse.Namespace) -> int:
     real = args.n // 5 if args.real is None else args.real
     grounding = args.n // 5 if args.grounding is None else args.grounding
     formats = getattr(args, "formats", 0)
-    items = corpus(args.n, mixed, args.seed, real, grounding, formats)
+    network = getattr(args, "network", 0)
+    items = corpus(args.n, mixed, args.seed, real, grounding, formats, network)
     started = time.perf_counter()
-    model_name, results = summarise([r for r, _, _ in items], args.model, args.device, args.max_new_tokens)
+    if getattr(args, "opening_only", False):
+        model_name, results = openings([r for r, _, _ in items])
+    else:
+        model_name, results = summarise([r for r, _, _ in items], args.model, args.device, args.max_new_tokens)
     elapsed = time.perf_counter() - started
     rows, failures = [], 0
     for (record, truth, length), (_, result) in zip(items, results):
@@ -251,7 +308,7 @@ def run(args: argparse.Namespace) -> int:
         for row in rows:
             fh.write(json.dumps(row) + "\n")
     result = {"model": model_name, "n": args.n, "mixed": mixed, "real": real, "formats": formats,
-              "grounding": grounding, "seed": args.seed,
+              "grounding": grounding, "network": network, "seed": args.seed,
               "max_new_tokens": args.max_new_tokens, "failures": failures, "seconds": round(elapsed, 1),
               "echo_rule": f"substring of body or >= {ECHO_OVERLAP} of tokens from one body line",
               "groups": aggregate(rows)}
@@ -272,10 +329,11 @@ def format_table(result: dict) -> str:
              f"seed {result['seed']}, max_new_tokens {result['max_new_tokens']}, {result['seconds']} s, "
              f"{result['failures']} failed",
              f"{'group':<16}{'n':>5}{'element':>9}{'problem':>9}{'severity':>10}{'echo':>7}{'empty':>7}{'agrees':>8}"
-             f"{'copied':>8}"]
+             f"{'copied':>8}{'filler':>8}{'no-KPI':>8}{'senders':>9}"]
     for name, g in result["groups"].items():
         lines.append(f"{name:<16}{g['n']:>5}{g['entity']:>9.0%}{g['problem']:>9.0%}{g['severity']:>10.0%}"
-                     f"{g['echo']:>7.0%}{g['empty']:>7.0%}{g.get('agrees', 0):>8.0%}{g.get('copied', 0):>8.0%}")
+                     f"{g['echo']:>7.0%}{g['empty']:>7.0%}{g.get('agrees', 0):>8.0%}{g.get('copied', 0):>8.0%}"
+                     f"{g.get('placeholder', 0):>8.0%}{g.get('unchecked_kpi', 0):>8.0%}{g.get('senders', 1):>9.0%}")
     return "\n".join(lines)
 
 

@@ -34,7 +34,6 @@ MAX_SENDERS_NAMED = 3         # senders with a problem of their own named in the
 SENDER_PHRASE_CHARS = 72      # each one's problem, bracketed asides dropped first
 MAX_SENDERS_PROBLEM_CHARS = 300
 HYGIENE_RANK = SEVERITY_RANK["warning"]
-_TAG_FIRST = re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+(?:\[\d+\])?:\s+")
 # How the lines after a Java or Python error begin (they belong to the line before).
 CONTINUATIONS = ("at ", "Caused by:", "Traceback ", "File \"", "...", "Exception in thread", "\tat ")
 
@@ -84,18 +83,20 @@ def _with_impact(groups: list[Group]) -> dict[int, int]:
 
 
 def _compact(text: str, limit: int) -> str:
-    """`text` within `limit` characters: a leading event tag dropped, then bracketed asides from the
-    end, then cut at a word."""
+    """`text` within `limit` characters: bracketed asides dropped from the end, then its middle (the
+    head and the end kept, cut at words)."""
     while len(text) > limit:
-        shorter = _TAG_FIRST.sub("", text, count=1)  # Junos `BGP_PEER_STATE_CHANGED: ` when the text says it
-        if shorter != text:
-            text = shorter
-            continue
         shorter = re.sub(r"\s*[(\[][^()\[\]]*[)\]](?!.*[(\[][^()\[\]]*[)\]])", "", text, count=1)
         if shorter == text:
             break
         text = shorter
-    return text if len(text) <= limit else text[: limit - 4].rsplit(" ", 1)[0] + " ..."
+    if len(text) <= limit:
+        return text
+    # the head says what, the end of a state change says how it ended (`has entered the DOWN state.`)
+    head = text[: int(limit * 0.6)].rsplit(" ", 1)[0]
+    tail = text[len(text) - (limit - len(head) - 5):]
+    tail = tail.split(" ", 1)[1] if " " in tail else tail
+    return f"{head} ... {tail}"
 
 
 def _senders_with_problems(ranked: list[Group]) -> list[tuple[str, Group, int]]:
