@@ -85,15 +85,16 @@ class Intake:
             source = Source(msg.topic, msg.partition, msg.offset, msg.key, index if batch else None, fmt)
             try:
                 raw = _item_bytes(item) if batch else msg.value or b""
-                if isinstance(item, InvalidRecord):
-                    why = f"item {index} of {len(items)}: {item.message}" if batch else item.message
-                    self.dead_letter(Request(rid, source, raw, None, "dead_letter", item.reason), why)
-                else:
+                if isinstance(item, TelemetryRecord):
                     self._queue(Pending(rid, source, raw, item))
+                    continue
+                letter = Request(rid, source, raw, None, "dead_letter", item.reason)
+                why = f"item {index} of {len(items)}: {item.message}" if batch else item.message
             except Exception as exc:  # noqa: BLE001 - this part's answer; the others go on
                 error = internal_error(exc, "staging", msg.topic, msg.partition, msg.offset)
                 original = b"" if batch else msg.value or b""
-                self.dead_letter(Request(rid, source, original, None, "dead_letter", error.reason), error.message)
+                letter, why = Request(rid, source, original, None, "dead_letter", error.reason), error.message
+            self.dead_letter(letter, why)  # outside the guard: a failure to publish is the worker's own
 
     def _queue(self, pending: Pending) -> None:
         if self.windows is None or not is_windowed(pending.record):
