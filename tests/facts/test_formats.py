@@ -415,3 +415,12 @@ def test_senders_beyond_the_bound_are_counted():
              for i in range(5)]
     f = _facts("syslog", "\n".join(lines), timestamp="2026-11-21T04:00:00Z")
     assert f.problem.count("changed state to down (once)") == 3 and f.problem.endswith("; 2 more senders with problems")
+
+
+def test_stnd_attribute_changes_in_the_specifications_positional_form_and_new_values_only():
+    spec = _stnd({"notificationType": "notifyMOIAttributeValueChanges", "objectInstance": "ManagedElement=du-9,Fan=1",
+                  "attributeListValueChanges": [{"speed": 80, "mode": "AUTO"}, {"speed": 40}]})
+    assert spec.problem == "MOI Fan=1 changed: speed 40 -> 80; mode set to AUTO"
+    only_new = _stnd({"notificationType": "notifyMOIAttributeValueChanges", "href": "x",
+                      "attributeListValueChanges": [{"attributeNameValuePairSet": {"faults-enabled": True}}]})
+    assert only_new.problem == "MOI (the notification names no object) changed: faults-enabled set to true"

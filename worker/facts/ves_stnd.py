@@ -5,8 +5,10 @@ as SDN-R / ONAP and O-RAN SMO components forward them (namespaces `3GPP-Provisio
 What each notification type says (3GPP TS 28.532 / TS 28.111 / TS 28.622 names):
 
 - provisioning: `notifyMOICreation` / `notifyMOIDeletion` (which MOI, created or deleted, a few of
-  its attributes), `notifyMOIAttributeValueChanges` (`attributeListValueChanges`: new and old
-  attribute values), `notifyMOIChanges` (`moiChanges`: path, operation, value, oldValue);
+  its attributes), `notifyMOIAttributeValueChanges` (`attributeListValueChanges`: the new and old
+  values, as `[{attributeNameValuePairSet, oldAttributeNameValuePairSet}]` or in the
+  specification's form `[{new values}, {old values}]`), `notifyMOIChanges` (`moiChanges`: path,
+  operation, value, oldValue);
 - fault: `notifyNewAlarm` / `notifyChangedAlarm` / `notifyClearedAlarm` (specific problem, probable
   cause, alarm type, the managed object), `notifyAckStateChanged`, `notifyAlarmListRebuilt`;
 - `notifyFileReady` / `notifyFilePreparationError` (which files, what data, which PM job);
@@ -47,6 +49,8 @@ def _words(name: str) -> str:
 
 def _value(value) -> str:
     """An attribute value in a few characters: scalars as they are, small structures as JSON."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, (dict, list)):
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
         if len(text) > MAX_VALUE_CHARS:
@@ -133,10 +137,16 @@ def _by(data: dict) -> str:
 
 
 def _attribute_changes(data: dict) -> str:
-    moi = last_rdn(moi_dn(data)) or "an object"
+    moi = last_rdn(moi_dn(data))
     changes = data.get("attributeListValueChanges", data.get("attributeValueChanges"))
     if isinstance(changes, dict):
         changes = [changes]
+    wrapped = ("attributeNameValuePairSet", "oldAttributeNameValuePairSet", "newValues", "oldValues")
+    if isinstance(changes, list) and changes and all(isinstance(c, dict) and not any(k in c for k in wrapped)
+                                                     for c in changes):
+        # TS 28.532's own form: the first item holds the new values, the second the old ones
+        changes = [{"attributeNameValuePairSet": changes[0],
+                    "oldAttributeNameValuePairSet": changes[1] if len(changes) > 1 else {}}]
     phrases = []
     for change in changes if isinstance(changes, list) else []:
         if not isinstance(change, dict):
@@ -150,9 +160,10 @@ def _attribute_changes(data: dict) -> str:
                 phrases.append(f"{name} set to {_value(new[name])}")
             else:
                 phrases.append(f"{name} removed (was {_value(old[name])})")
+    subject = f"MOI {moi}" if moi else "MOI (the notification names no object)"
     if not phrases:
-        return f"MOI {moi} attributes changed (no values given)" + _by(data) + _context(data)
-    return f"MOI {moi} changed{_by(data)}: " + _counted(phrases, "more changes") + _context(data)
+        return f"{subject} attributes changed (no values given)" + _by(data) + _context(data)
+    return f"{subject} changed{_by(data)}: " + _counted(phrases, "more changes") + _context(data)
 
 
 def _path_target(path: str) -> tuple[str | None, str | None]:
