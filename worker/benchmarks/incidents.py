@@ -34,6 +34,11 @@ from worker.incidents.room import IncidentRoom
 
 DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "alarms" / "25V_474N_Microwave"
 BIG_INCIDENT = 500
+# One setting changed at a time from the defaults (not a search: the defaults stay as chosen).
+SWEEP = [("idle_s", 300.0), ("idle_s", 900.0), ("idle_s", 14400.0), ("window_s", 60.0), ("window_s", 900.0),
+         ("max_hops", 1), ("max_hops", 3), ("link_hops", 2)]
+SWEEP_FIGURES = ("incidents", "alarms_per_incident", "coherence", "root_cause_precision", "largest_incident",
+                 "incidents_over_500_unexplained", "alarms_per_s")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,6 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with Alarm.csv, Topology.npy, DAG.npy")
     parser.add_argument("--out", type=Path, default=None, help="write results JSON here (and a .png beside it)")
     parser.add_argument("--limit", type=int, default=0, help="replay only the first N alarms (0: all)")
+    parser.add_argument("--sweep", action="store_true",
+                        help="also one window or bound changed at a time (topology + rules): how the figures move")
 
 
 def load_alarms(folder: Path, limit: int = 0) -> np.ndarray:
@@ -210,6 +217,7 @@ def run(args: argparse.Namespace) -> int:
         print("only --offline exists so far: the replay through a real broker comes with the Kafka wiring",
               file=sys.stderr)
         return 2
+    load_before = os.getloadavg()[0]
     rows = load_alarms(args.data, args.limit)
     topology_matrix = np.load(args.data / "Topology.npy")
     topology = Topology(topology_pairs(topology_matrix))
@@ -224,17 +232,26 @@ def run(args: argparse.Namespace) -> int:
         "adjacent within 60 s": figures(baseline_adjacent(rows, topology_matrix, 60.0), rows, topology, rules),
     }
     defaults = RoomConfig()
+    sweep = {}
+    if args.sweep:
+        for name, value in SWEEP:
+            config = RoomConfig(topology=topology, rules=rules, **{name: value})
+            found = figures(replay(config, rows), rows, topology, rules)
+            sweep[f"{name}={value:g}"] = {k: found[k] for k in SWEEP_FIGURES}
     report = {
         "command": "telesum bench incidents --offline" + (f" --limit {args.limit}" if args.limit else "")
-                   + (f" --out {args.out}" if args.out else ""),
+                   + (" --sweep" if args.sweep else "") + (f" --out {args.out}" if args.out else ""),
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "load_average_before": round(load_before, 2),
         "data": str(args.data.name), "alarms": len(rows), "elements": len(topology),
         "links": topology.num_links, "rules": len(rules),
         "room_defaults": {k: getattr(defaults, k) for k in ("late_s", "window_s", "link_hops", "max_hops",
                                                             "idle_s", "update_interval_s")},
         "results": results,
     }
+    if sweep:
+        report["sweep_topology_rules"] = sweep
     text = json.dumps(report, indent=2) + "\n"
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

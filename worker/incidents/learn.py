@@ -3,7 +3,9 @@
 When an alarm type first appears in an incident that already holds other types, the room counts, for
 each pair, which type came first. A type that usually comes before another is likely its cause: with
 no rules, the root is the type that most often came first against the incident's other types
-(Laplace-smoothed, so an unseen pair counts as a coin toss), the earliest alarm as the tie-break.
+(Laplace-smoothed, so an unseen pair counts as a coin toss), the earliest alarm as the tie-break
+(then arrival order: types first seen in the same second are frequent, and their order tells nothing
+to the statistics).
 Only past incidents count: the figures are those a live worker would have had at that moment.
 """
 
@@ -25,7 +27,7 @@ class PrecedenceStats:
     def observe(self, new_type: str, time: float, firsts: dict[str, float]) -> None:
         """A type joins an incident whose other types first appeared at `firsts` (type -> time)."""
         for other, seen in firsts.items():
-            if other == new_type or seen == time:
+            if other == new_type or seen == time:  # the same time tells no order
                 continue
             if seen < time:
                 self.before[(other, new_type)] += 1

@@ -19,10 +19,11 @@ _REASON_EFFECTS_SHOWN = 4
 def choose_root(incident: Incident, rules: CauseRules | None, topology: Topology | None,
                 max_hops: int, learned: PrecedenceStats | None = None) -> tuple[Alarm, str]:
     """(root alarm, reason) for the incident's alarms as they stand."""
-    types = incident.types
+    types = sorted(incident.types)  # sorted: ties resolve the same in every run
     firsts = incident.first_of_type
+    seen = {t: n for n, t in enumerate(firsts)}  # arrival order: the tie-break below the time
     if rules is None and learned is not None and len(types) > 1:
-        best = max(types, key=lambda t: (learned.score(t, types), -firsts[t].time))
+        best = min(types, key=lambda t: (-learned.score(t, types), firsts[t].time, seen[t]))
         share = learned.score(best, types) / (len(types) - 1)
         root = _upstream(incident, best, topology, max_hops)
         where = "; upstream" if topology is not None and len(incident.elements) > 1 else ""
@@ -36,13 +37,13 @@ def choose_root(incident: Incident, rules: CauseRules | None, topology: Topology
         return root, f"earliest alarm ({how})"
     explaining = [t for t in types if rules.explains(t, types)]
     if explaining:
-        best = min(explaining, key=lambda t: firsts[t].time)
+        best = min(explaining, key=lambda t: (firsts[t].time, seen[t]))
         effects = rules.direct_effects(best, types)
         shown = ", ".join(effects[:_REASON_EFFECTS_SHOWN]) + (" …" if len(effects) > _REASON_EFFECTS_SHOWN else "")
         why = f"rule: {best} causes {shown}"
     else:  # no type explains all: the one explaining most alarms
-        best = max(types, key=lambda t: (sum(n for u, n in incident.counts.items()
-                                             if u == t or rules.causes(t, u)), -firsts[t].time))
+        best = min(types, key=lambda t: (-sum(n for u, n in incident.counts.items()
+                                              if u == t or rules.causes(t, u)), firsts[t].time, seen[t]))
         explained = sum(1 for u in types if u != best and rules.causes(best, u))
         why = f"rule: {best} causes {explained} of the {len(types) - 1} other types"
     root = _upstream(incident, best, topology, max_hops)
