@@ -389,6 +389,14 @@ def test_pm_28552_kpis_are_computed_from_their_counters(att, succ, label):
      "hygiene"),
     ("MSTP/4/BPDU_PROTECTION", "This edged-port GE0/0/5 that enabled BPDU-Protection will be shutdown", "hygiene"),
     ("mgd", "UI_CONFIGURATION_ERROR: Process: mgd, path: [edit protocols bgp], Missing mandatory statement", "hygiene"),
+    ("rpd", "bgp_read_message:2891: NOTIFICATION received from 192.0.2.2 (External AS 65002): code 6 (Cease)",
+     "service"),
+    ("%DUAL-5-NBRCHANGE", "EIGRP-IPv4 100: Neighbor 10.1.1.2 (GigabitEthernet0/1) is down: holding time expired",
+     "service"),
+    ("%ROUTING-OSPF-5-ADJCHG", ": Process 1, Nbr 10.0.0.2 on Gi0/0/0/0 in area 0 from FULL to DOWN, dead timer",
+     "service"),
+    ("OSPF/2/ospfNbrStateChange_clear", "The status of the non-virtual neighbor has changed. (NbrState=Full)",
+     "other"),
     ("sshd", "Connection closed by 192.0.2.4 port 52211 [preauth]", "other"),
     ("nginx", "recv() failed (104: Connection reset by peer) while reading response header", "other"),
 ])
@@ -414,7 +422,11 @@ def test_senders_beyond_the_bound_are_counted():
     lines = [f"<187>Nov 21 03:14:{i:02d} rtr-{i} %LINK-3-UPDOWN: Interface Gi0/{i}, changed state to down"
              for i in range(5)]
     f = _facts("syslog", "\n".join(lines), timestamp="2026-11-21T04:00:00Z")
-    assert f.problem.count("changed state to down (once)") == 3 and f.problem.endswith("; 2 more senders with problems")
+    assert f.entity == "rtr-0" and f.problem.count("changed state to down") == 1
+    assert f.problem.endswith("(once), also on rtr-1 (once), rtr-2 (once), rtr-3 (once) and 1 more")
+    other = "<187>Nov 21 03:15:00 rtr-9 %SYS-3-CPUHOG: Task ran for 2004 msec, process = BGP Router"
+    both = _facts("syslog", "\n".join(lines + [other]), timestamp="2026-11-21T04:00:00Z")
+    assert both.problem.endswith("and 1 more; rtr-9: Task ran for 2004 msec, process = BGP Router (once)")
 
 
 def test_stnd_attribute_changes_in_the_specifications_positional_form_and_new_values_only():

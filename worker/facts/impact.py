@@ -5,7 +5,8 @@ the wrong problem first. Vendors log a routing session's up and down under one n
 (IOS/NX-OS/EOS `%BGP-5-ADJCHANGE`, Junos `BGP_PEER_STATE_CHANGED` at warning), while a port blocked
 by BPDU guard is level 2 (`%STP-2-BLOCK_BPDUGUARD`) and a rejected configuration an error. So:
 
-- **loss of service** (`SERVICE`): a BGP / OSPF / IS-IS / LDP / BFD session or adjacency going down,
+- **loss of service** (`SERVICE`): a BGP / OSPF / IS-IS / EIGRP / LDP / BFD session or adjacency going
+  down (a BGP NOTIFICATION sent or received closes the session),
   an interface or link going down (not administratively), a destination unreachable, a reboot,
   reload or crash. Such a problem counts as at least `major`.
 - **hygiene** (`HYGIENE`): BPDU guard and BPDU protection, storm control, configuration commits and
@@ -50,7 +51,8 @@ _HYGIENE_WORDS = re.compile(
     r"\bbpdu|storm.?control|\bconfig(?:uration)?\b[^.;]{0,60}\b(?:error|fail\w*|invalid|missing|reject\w*|"
     r"commit\w*)|\bcommit\b[^.;]{0,40}\b(?:error|fail\w*|abort\w*|not confirmed|reject\w*)|configured from|"
     r"recorded command", re.IGNORECASE)
-_PROTOCOL = re.compile(r"\b(?:bgp|ospf(?:v3)?|is-?is|clns|ldp|bfd|rsvp|pim|lacp|vpc)\b|\badjacen", re.IGNORECASE)
+_PROTOCOL = re.compile(r"\b(?:bgp|ospf(?:v3)?|is-?is|clns|ldp|bfd|rsvp|pim|lacp|vpc|eigrp(?:-ipv[46])?|msdp)\b|"
+                       r"\badjacen", re.IGNORECASE)
 _LINK = re.compile(r"\b(?:interface|link|line protocol|lineproto|ifoperstatus|port-channel)\b", re.IGNORECASE)
 _ADMIN_DOWN = re.compile(r"administratively down|admin(?:istrative)?(?:status)? ?down|ifadminstatus down",
                          re.IGNORECASE)
@@ -61,7 +63,8 @@ _DOWN_STATES = {"idle", "active", "connect", "down", "init", "attempt", "opensen
 _UP_STATES = {"established", "full", "up", "2way", "2-way", "two-way", "active-up"}
 _SESSION_DOWN_WORDS = re.compile(
     r"\bdown\b|\blost\b|\bloss\b|\bdropped\b|\bteardown\b|\btorn down\b|backward ?transition|\bdead\b|"
-    r"\bexpired\b|\bclos(?:e|ed|ing)\b|\bfailed\b|\breset\b|\bflap", re.IGNORECASE)
+    r"\bexpired\b|\bclos(?:e|ed|ing)\b|\bfailed\b|\breset\b|\bflap|\bnotification (?:sent|received)\b",
+    re.IGNORECASE)
 _LINK_DOWN_WORDS = re.compile(r"\bdown\b|\blink failure\b|\bcarrier lost\b|\bloss of (?:signal|light)\b|\bflap",
                               re.IGNORECASE)
 _UNREACHABLE = re.compile(r"\bunreachable\b|no route to host", re.IGNORECASE)
@@ -85,10 +88,13 @@ def classify(app: str | None, text: str) -> int:
     """SERVICE, HYGIENE or OTHER for one message (`app`: its program or vendor code)."""
     both = f"{app or ''} {text}"
     spaced = both.replace("_", " ")
-    if _HYGIENE_CODES.search(both) or _HYGIENE_WORDS.search(spaced):
+    if _HYGIENE_CODES.search(both):
         return HYGIENE
-    if _SESSION_DOWN_CODES.search(both) or _RESTART_CODES.search(both) or _RESTART.search(spaced) \
-            or _UNREACHABLE.search(spaced):
+    if _SESSION_DOWN_CODES.search(both) or _RESTART_CODES.search(both):
+        return SERVICE
+    if _HYGIENE_WORDS.search(spaced):  # `… is down (Error disabled. Reason:BPDUGuard)`: the guard's doing
+        return HYGIENE
+    if _RESTART.search(spaced) or _UNREACHABLE.search(spaced):
         return SERVICE
     if _ADMIN_DOWN.search(spaced):
         return OTHER

@@ -111,6 +111,31 @@ def _senders_with_problems(ranked: list[Group]) -> list[tuple[str, Group, int]]:
     return [(host, group, n) for host, (group, n) in out.items()]
 
 
+def _senders_phrase(senders: list[tuple[str, Group, int]]) -> str:
+    """`<problem> (2 times), also on rtr-2 (once); leaf-7: <its problem> (12 times); 3 more senders
+    with problems`: each sender's leading problem with its count, senders sharing one problem named
+    together; up to `MAX_SENDERS_NAMED` problems and as many senders beside each, the rest counted.
+    The first sender is the element, named before the problem."""
+    by_group: dict[int, list[tuple[str, Group, int]]] = {}
+    for sender in senders:
+        by_group.setdefault(id(sender[1]), []).append(sender)
+    parts, named = [], 0
+    for i, members in enumerate(list(by_group.values())[:MAX_SENDERS_NAMED]):
+        (host, group, n), others = members[0], members[1:]
+        text = (f"{host}: " if i else "") + f"{_compact(group.text(), SENDER_PHRASE_CHARS)} ({_times(n)})"
+        if others:
+            shown = others[:MAX_SENDERS_NAMED]
+            text += ", also on " + ", ".join(f"{h} ({_times(k)})" for h, _, k in shown)
+            if len(others) > len(shown):
+                text += f" and {len(others) - len(shown)} more"
+        parts.append(text)
+        named += len(members)
+    rest = len(senders) - named
+    if rest:
+        parts.append(f"{rest} more sender{'s' if rest > 1 else ''} with problems")
+    return "; ".join(parts)
+
+
 def _times(n: int) -> str:
     return f"{n} times" if n > 1 else "once"
 
@@ -165,12 +190,7 @@ def parse(text: str, reference: datetime | None = None, reference_source: str = 
     times = [line.time for line in lines if line.time is not None]
     shown = leading[:PROBLEM_TEXT_GROUPS]
     if len(senders) > 1:  # each sender with a problem of its own, up to a bound, with its count
-        named = senders[:MAX_SENDERS_NAMED]
-        problem = "; ".join((f"{host}: " if i else "") + f"{_compact(g.text(), SENDER_PHRASE_CHARS)} ({_times(n)})"
-                            for i, (host, g, n) in enumerate(named))
-        if len(senders) > len(named):
-            rest = len(senders) - len(named)
-            problem += f"; {rest} more sender{'s' if rest > 1 else ''} with problems"
+        problem = _senders_phrase(senders)
         details["sendersWithProblems"] = str(len(senders))
     else:
         # the lead's app is in details: a small model that reads `sshd: ...` first drifts into log lines

@@ -112,7 +112,8 @@ def _counted(phrases: list[str], noun: str = "more") -> str:
 
 
 def _context(data: dict) -> str:
-    """The notification's own text, when it is content rather than filler: ` (text)`."""
+    """The notification's own text, when it is content rather than filler: ` (text)`; used only where
+    the notification says nothing more specific (a simulator's greeting is not filler by its words)."""
     text = data.get("additionalText")
     if isinstance(text, str) and text.strip() and not is_placeholder(text, "additionalText"):
         return f" ({_value(text)})"
@@ -128,7 +129,7 @@ def _creation_or_deletion(data: dict, created: bool) -> str:
         shown = ", ".join(f"{k} {_value(v)}" for k, v in pairs[:MAX_ATTRIBUTES])
         more = len(pairs) - MAX_ATTRIBUTES
         text += f" with {shown}" + (f" and {more} more attribute{'s' if more > 1 else ''}" if more > 0 else "")
-    return text + _by(data) + _context(data)
+    return text + _by(data) + (_context(data) if not (moi or pairs) else "")
 
 
 def _by(data: dict) -> str:
@@ -163,7 +164,7 @@ def _attribute_changes(data: dict) -> str:
     subject = f"MOI {moi}" if moi else "MOI (the notification names no object)"
     if not phrases:
         return f"{subject} attributes changed (no values given)" + _by(data) + _context(data)
-    return f"{subject} changed{_by(data)}: " + _counted(phrases, "more changes") + _context(data)
+    return f"{subject} changed{_by(data)}: " + _counted(phrases, "more changes")
 
 
 def _path_target(path: str) -> tuple[str | None, str | None]:
@@ -205,7 +206,7 @@ def _moi_changes(data: dict) -> str:
             phrases.append(f"{moi} " + (", ".join(inner[:MAX_ATTRIBUTES]) if inner else "changed"))
     if not phrases:
         return "MOI changes (none listed)" + _by(data) + _context(data)
-    return f"MOI changes{_by(data)}: " + _counted(phrases, "more changes") + _context(data)
+    return f"MOI changes{_by(data)}: " + _counted(phrases, "more changes")
 
 
 def _alarm(data: dict, kind: str, details: dict[str, str]) -> tuple[str | None, str]:
@@ -261,7 +262,7 @@ def _file_ready(data: dict, kind: str) -> tuple[str, str]:
         text = f"file preparation error for {what}" + (f": {_value(reason)}" if reason and not is_placeholder(
             reason, "reason") else "")
         return "warning", text + (f" ({about})" if about else "") + _context(data)
-    return "info", f"file ready: {what}" + (f" ({about})" if about else "") + _context(data)
+    return "info", f"file ready: {what}" + (f" ({about})" if about else "") + ("" if names else _context(data))
 
 
 def stnd_defined(event: dict) -> Reading:
