@@ -188,6 +188,11 @@ def figures(result: dict, rows: np.ndarray, topology: Topology, rules: CauseRule
     return out
 
 
+SHORT = {"room: topology + rules": "room: topo + rules", "room: topology only": "room: topo only",
+         "room: topology only, earliest root": "room: topo, earliest", "per element, 300 s gap": "element, 300 s",
+         "adjacent within 60 s": "adjacent, 60 s"}
+
+
 def chart(results: dict, path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -195,13 +200,14 @@ def chart(results: dict, path: Path) -> None:
 
     names = list(results)
     panels = [("alarms_per_incident", "alarms per incident", 15), ("coherence", "coherence", 0.95),
-              ("root_cause_precision", "root-cause precision", 0.9), ("largest_incident", "largest incident", 500)]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.2))
+              ("root_cause_precision", "root-cause precision", 0.9), ("largest_incident", "largest incident", 500),
+              ("alarms_per_s", "alarms/s (rooms)", 2000)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.8 * len(panels), 4.4))
     for ax, (key, title, goal) in zip(axes, panels):
-        values = [results[n][key] or 0 for n in names]
+        values = [results[n].get(key) or 0 for n in names]
         ax.bar(range(len(names)), values, color=["#2b6cb0", "#63b3ed", "#a0aec0", "#cbd5e0", "#e2e8f0"][:len(names)])
         ax.axhline(goal, color="#c53030", linestyle="--", linewidth=1, label=f"goal / bound {goal}")
-        ax.set_xticks(range(len(names)), [n.replace(" ", "\n", 1) for n in names], fontsize=7)
+        ax.set_xticks(range(len(names)), [SHORT.get(n, n) for n in names], fontsize=7, rotation=30, ha="right")
         ax.set_title(title)
         for i, v in enumerate(values):
             ax.text(i, v, f"{v:g}", ha="center", va="bottom", fontsize=7)
