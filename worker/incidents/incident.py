@@ -32,13 +32,12 @@ def incident_id_of(first: Alarm) -> str:
 
 @dataclass(slots=True)
 class Incident:
-    """Alarms that belong together. `anchor` bounds the spread (hops are measured from its element);
-    `root` is the named root cause with `reason`. Only from the room's thread."""
+    """Alarms that belong together. `anchor` bounds the spread (hops are measured from its element):
+    the first alarm, or a later one the rules make a cause of all the others; the root cause named in
+    the events is chosen apart (`root_cause.py`). Only from the room's thread."""
 
     incident_id: str
-    root: Alarm
     anchor: Alarm
-    reason: str
     first_time: float
     last_time: float
     last_link_time: float            # the last growth through a root-cause link or the anchor
@@ -56,8 +55,8 @@ class Incident:
     dirty: bool = False                                        # something changed since the last event
 
     @classmethod
-    def start(cls, alarm: Alarm, standing: StandingAlarm, reason: str) -> Incident:
-        incident = cls(incident_id_of(alarm), alarm, alarm, reason, alarm.time, alarm.time, alarm.time)
+    def start(cls, alarm: Alarm, standing: StandingAlarm) -> Incident:
+        incident = cls(incident_id_of(alarm), alarm, alarm.time, alarm.time, alarm.time)
         incident.add(alarm, standing, hops=0)
         return incident
 

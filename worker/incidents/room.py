@@ -12,20 +12,26 @@ changes go out as one `update` per `update_interval_s`; it resolves when all its
 after `idle_s` without an alarm. Nothing depends on the wall clock, so a replay at any speed forms the
 same incidents. Only from one thread.
 
-How the Kafka layer commits (one room per input partition, so a partition never waits on another):
+How the Kafka layer commits (one room per input partition, so a partition never waits on another;
+every alarm's `input` is its {topic, partition, offset}):
 
-1. Every alarm's `input` is its {topic, partition, offset}; an input is *covered* once an event
-   listing it in `inputs` was acknowledged (exactly-once: the event is in the transaction).
-2. The offset committed is the lowest input of `retained_inputs()` (the alarms of incidents still
-   open and those still waiting), else the next offset after the last input given to the room. So
-   the committed offset never passes an alarm of an open incident: the open incidents can always be
-   recomputed from the uncommitted range. Store `covered_through`, the next offset after the last
-   covered input, in the commit's metadata.
-3. After a SIGKILL or a rebalance, the new owner reads from the committed offset: inputs below
-   `covered_through` go to `rebuild` (the same decisions, no events: they were sent), the rest to
-   `add`. Incident ids and event sequences come out the same (ids derive from the first alarm), so a
-   consumer may also de-duplicate on (incident_id, sequence). Clears of unknown alarms belong to no
-   incident: `add` reports them in `settled` and they are covered at once.
+1. Hand the room every input up to offset X (`add`; a message that carries no alarm needs nothing),
+   take its events, and take `snapshot.snapshot(room)`.
+2. Publish the events and the snapshot (to a compacted topic, keyed by the partition) and commit
+   X + 1 — exactly-once: all three in one transaction; at-least-once: commit once both are
+   acknowledged. The committed offset never waits for an incident to resolve.
+3. A new owner (after a SIGKILL or a rebalance) restores the partition's last snapshot
+   (`snapshot.restore(config, data)`) and goes on with `add` from the committed offset: the same
+   incidents, standing alarms, pending inputs and event sequences. At-least-once, the events since
+   the last commit are sent again: a consumer keeps the first event listing an input (ids and
+   groupings come out the same when `advance` only follows the alarms' own times; wall-clock ticks
+   can move when a waiting alarm is placed, hence when an update goes out).
+
+Without a compacted topic, the state can be recomputed instead: commit no further than the lowest
+input of `retained_inputs()` (the alarms of open incidents and those waiting), and after a restart
+`add` everything from the committed offset again — at-least-once, events re-sent as above, learned
+statistics only from that range. `rebuild` re-adds inputs without events, for inputs known covered.
+Clears of unknown alarms belong to no incident: `take_settled()` hands them over, covered at once.
 """
 
 from __future__ import annotations
@@ -64,7 +70,7 @@ class IncidentRoom:
         self._timers: list[tuple[float, int, int, str]] = []    # (due, order, kind, incident id)
         self._update_armed: set[str] = set()
         self._events: list[IncidentEvent] = []
-        self.settled: list[Any] = []   # inputs that belong to no incident (clears of unknown alarms)
+        self._settled: list[Any] = []   # inputs that belong to no incident (clears of unknown alarms)
         self.alarms_in = 0
         self.incidents_opened = 0
         self.incidents_merged = 0
@@ -103,6 +109,12 @@ class IncidentRoom:
         for incident in sorted(self._open.values(), key=lambda i: i.first_time):
             self._resolve(incident)
         return events + self._take()
+
+    def take_settled(self) -> list[Any]:
+        """Inputs placed since the last call that belong to no incident (clears of alarms the room
+        does not know): nothing will list them, so they count as covered."""
+        settled, self._settled = self._settled, []
+        return settled
 
     def open_incidents(self) -> list[IncidentEvent]:
         """A view of each open incident as an `update` (no inputs; nothing is marked sent)."""
@@ -152,7 +164,7 @@ class IncidentRoom:
     def _place(self, alarm: Alarm) -> None:
         standing, is_new = self.state.apply(alarm)
         if standing is None:  # a clear of an alarm the room does not know
-            self.settled.append(alarm.input)
+            self._settled.append(alarm.input)
             return
         if not is_new:  # a repeat or a clear: its standing alarm's incident
             incident = self._owner[standing.key]
@@ -187,7 +199,7 @@ class IncidentRoom:
         self._changed(incident)
 
     def _start(self, alarm: Alarm, standing) -> None:
-        incident = Incident.start(alarm, standing, "")
+        incident = Incident.start(alarm, standing)
         self._open[incident.incident_id] = incident
         self._hold(incident, alarm.element, standing.key)
         self.incidents_opened += 1
