@@ -28,6 +28,7 @@ def test_bench_incidents_offline_writes_figures_chart_and_command(tmp_path, caps
     assert room["incidents"] == 2 and room["root_cause_precision"] == 1.0 and room["coherence"] == 1.0
     assert room["open_delay_s"]["max"] <= 2.0
     assert report["results"]["per element, 300 s gap"]["incidents"] == 4
+    assert report["ves_path_topology_rules"]["alarms_per_s"] > 0
     assert out.with_suffix(".png").stat().st_size > 0
     capsys.readouterr()
     assert main(["bench", "incidents"]) == 2

@@ -21,7 +21,7 @@ def test_alarm_state_repeat_of_raised_key_folded_and_counted():
     first, new = state.apply(Alarm("ne-1", "LOS", 10.0, input=1))
     again, repeat_new = state.apply(Alarm("ne-1", "LOS", 12.0, input=2))
     assert new and not repeat_new and again is first
-    assert first.count == 2 and first.last_time == 12.0 and first.inputs == [1, 2]
+    assert first.count == 2 and first.last_time == 12.0
     assert [s.key for s in state.active()] == [("ne-1", "LOS")]
 
 

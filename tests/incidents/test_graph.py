@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from worker.incidents.graph import CauseRules, GraphFileError, Topology, load_rules, load_topology
+from worker.incidents.graph import CauseRules, GraphFileError, load_rules, load_topology
 
 from tests.incidents.conftest import chain
 

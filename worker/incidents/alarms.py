@@ -9,7 +9,7 @@ format through its facts (entity, problem, first_seen).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from worker.facts.common import epoch_unit, parse_iso
@@ -54,7 +54,6 @@ class StandingAlarm:
     count: int = 1
     cleared: bool = False
     severity: str = "major"
-    inputs: list[Any] = field(default_factory=list)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -82,15 +81,13 @@ class AlarmState:
                 return None, False
             held.cleared = True
             held.last_time = max(held.last_time, alarm.time)
-            held.inputs.append(alarm.input)
             return held, False
         if held is None or held.cleared:
-            held = StandingAlarm(alarm, alarm.time, severity=alarm.severity, inputs=[alarm.input])
+            held = StandingAlarm(alarm, alarm.time, severity=alarm.severity)
             self.standing[alarm.key] = held
             return held, True
         held.count += 1
         held.last_time = max(held.last_time, alarm.time)
-        held.inputs.append(alarm.input)
         return held, False
 
     def forget(self, key: tuple[str, str]) -> None:

@@ -3,7 +3,9 @@
 `snapshot(room)` after the room was given every input up to offset X (and its events were taken);
 `restore(config, data)` gives a room that goes on from X exactly as the first would have: the same
 incidents, standing alarms, waiting alarms, pending inputs, event sequences and learned statistics;
-the timers are re-armed from the incidents. Inputs must be MessagePack-encodable (dicts, lists,
+the timers are re-armed from the incidents. Not in it: the inputs of open incidents already sent
+(`retained_inputs` after a restore lists only what came since; it serves the recompute fallback,
+which does not use snapshots), so its size follows the open incidents, not their history. Inputs must be MessagePack-encodable (dicts, lists,
 strings, numbers). The configuration (topology, rules, windows) is not in the snapshot: restore
 with the same one.
 """
@@ -36,7 +38,6 @@ class _IncidentState(msgspec.Struct, array_like=True):
     alarms: int
     first_of_type: dict[str, Alarm]
     pending: list[Any]
-    held: list[Any]
     absorbed: list[str]
     sequence: int
     last_event_time: float
@@ -61,7 +62,7 @@ def snapshot(room: IncidentRoom) -> bytes:
     room._order = itertools.count(order + 1)
     incidents = [_IncidentState(
         i.incident_id, i.anchor, i.first_time, i.last_time, i.last_link_time, dict(i.elements), dict(i.counts),
-        list(i.keys.values()), i.alarms, dict(i.first_of_type), list(i.pending), list(i.held), list(i.absorbed),
+        list(i.keys.values()), i.alarms, dict(i.first_of_type), list(i.pending), list(i.absorbed),
         i.sequence, i.last_event_time, i.dirty) for i in room._open.values()]
     owners = [(key[0], key[1], incident.incident_id) for key, incident in room._owner.items()]
     learned = None if room.learned is None else [(u, v, n) for (u, v), n in room.learned.before.items()]
@@ -87,7 +88,7 @@ def restore(config: RoomConfig, data: bytes) -> IncidentRoom:
         incident = Incident(s.incident_id, s.anchor, s.first_time, s.last_time, s.last_link_time,
                             elements=s.elements, counts=Counter(s.counts),
                             keys={k.key: k for k in s.keys}, alarms=s.alarms, first_of_type=s.first_of_type,
-                            pending=s.pending, held=s.held, absorbed=s.absorbed, sequence=s.sequence,
+                            pending=s.pending, held=list(s.pending), absorbed=s.absorbed, sequence=s.sequence,
                             last_event_time=s.last_event_time, dirty=s.dirty)
         room._open[incident.incident_id] = incident
         for element in incident.elements:
