@@ -15,6 +15,13 @@ def test_topology_hops_within_limit_else_none():
     assert topology.ball("b", 1) == {"b": 0, "a": 1, "c": 1}
 
 
+def test_topology_ball_cache_dropped_beyond_its_bound_same_answers(monkeypatch):
+    topology = chain(*"abcdef")
+    monkeypatch.setattr(topology, "MAX_CACHED_ENTRIES", 5)
+    first = [topology.ball(e, 2) for e in "abcdef"]
+    assert len(topology._balls) < 6 and [topology.ball(e, 2) for e in "abcdef"] == first
+
+
 def test_topology_is_connected_only_through_members():
     topology = chain("a", "b", "c")
     assert topology.is_connected({"a", "b"}) and not topology.is_connected({"a", "c"})

@@ -23,6 +23,10 @@ class Topology:
     """Undirected element links; `hops` and `ball` answer by breadth-first search, cached per element.
     Only from one thread (the cache is not locked)."""
 
+    # The ball cache is dropped whole beyond this many cached entries: a large network's balls of
+    # a few hops stay cached while they are reused, without growing with the network's square.
+    MAX_CACHED_ENTRIES = 2_000_000
+
     def __init__(self, edges: Iterable[tuple[str, str]]) -> None:
         self.adjacent: dict[str, set[str]] = {}
         for a, b in edges:
@@ -31,6 +35,7 @@ class Topology:
             self.adjacent.setdefault(a, set()).add(b)
             self.adjacent.setdefault(b, set()).add(a)
         self._balls: dict[tuple[str, int], dict[str, int]] = {}
+        self._cached_entries = 0
 
     def __len__(self) -> int:
         return len(self.adjacent)
@@ -55,7 +60,11 @@ class Topology:
                     if there not in found:
                         found[there] = depth + 1
                         frontier.append(there)
+            if self._cached_entries + len(found) > self.MAX_CACHED_ENTRIES:
+                self._balls.clear()
+                self._cached_entries = 0
             self._balls[key] = found
+            self._cached_entries += len(found)
         return found
 
     def hops(self, a: str, b: str, limit: int) -> int | None:
