@@ -214,3 +214,11 @@ def test_room_snapshot_of_other_bytes_refused():
 
     with pytest.raises(ValueError, match="snapshot"):
         restore(RoomConfig(), b"\x93\x01\x02")
+
+
+def test_room_alarms_handed_over_at_once_form_the_ticked_incidents(make_room):
+    alarms = [Alarm("a", "LOS", 0.0, input=0), Alarm("a", "LOS", 100.0, input=1), Alarm("a", "LOS", 110.0, input=2)]
+    ticked = make_room(idle_s=60.0)
+    burst = make_room(idle_s=60.0)  # the same alarms handed over at once (a consumer catching up)
+    assert owners(play(ticked, alarms)) == owners([e for a in alarms for e in burst.add(a)] + burst.close())
+    assert owners(play(make_room(idle_s=60.0), alarms))[0] != owners(play(make_room(idle_s=60.0), alarms))[1]

@@ -142,24 +142,33 @@ class IncidentRoom:
     # Placing alarms.
 
     def _run(self) -> list[IncidentEvent]:
+        """Waiting alarms and timers up to the watermark, in event-time order (a timer before an alarm
+        of the same time), so how far one call moves the clock never changes what happens."""
         watermark = self.clock - self.config.late_s
-        while self._waiting and self._waiting[0][0] <= watermark:
-            self._place(heapq.heappop(self._waiting)[2])
-        while self._timers and self._timers[0][0] <= watermark:
-            _, _, kind, incident_id = heapq.heappop(self._timers)
-            incident = self._open.get(incident_id)
-            if incident is None:
-                continue
-            if kind == _IDLE:
-                if incident.idle_due(watermark, self.config.idle_s):
-                    self._resolve(incident)
-                else:
-                    self._arm(incident.last_time + self.config.idle_s, _IDLE, incident)
+        waiting, timers = self._waiting, self._timers
+        while True:
+            alarm_at = waiting[0][0] if waiting and waiting[0][0] <= watermark else None
+            timer_at = timers[0][0] if timers and timers[0][0] <= watermark else None
+            if timer_at is not None and (alarm_at is None or timer_at <= alarm_at):
+                self._fire(*heapq.heappop(timers))
+            elif alarm_at is not None:
+                self._place(heapq.heappop(waiting)[2])
             else:
-                self._update_armed.discard(incident_id)
-                if incident.dirty:
-                    self._emit(incident, "update")
-        return self._take()
+                return self._take()
+
+    def _fire(self, due: float, _order: int, kind: int, incident_id: str) -> None:
+        incident = self._open.get(incident_id)
+        if incident is None:
+            return
+        if kind == _IDLE:
+            if incident.idle_due(due, self.config.idle_s):
+                self._resolve(incident)
+            else:
+                self._arm(incident.last_time + self.config.idle_s, _IDLE, incident)
+        else:
+            self._update_armed.discard(incident_id)
+            if incident.dirty:
+                self._emit(incident, "update")
 
     def _place(self, alarm: Alarm) -> None:
         standing, is_new = self.state.apply(alarm)
@@ -256,13 +265,15 @@ class IncidentRoom:
     def _arm(self, due: float, kind: int, incident: Incident) -> None:
         heapq.heappush(self._timers, (due, next(self._order), kind, incident.incident_id))
 
-    def _root(self, incident: Incident):
-        return choose_root(incident, self.config.rules, self.config.topology, self.config.max_hops, self.learned)
+    def _root(self, incident: Incident) -> tuple[Alarm, str]:
+        root, reason = choose_root(incident, self.config.rules, self.config.topology, self.config.max_hops,
+                                   self.learned)
+        if self.config.grouping == "element+time":
+            reason += "; no topology and no rules: grouped per element and time (Alertmanager-style)"
+        return root, reason
 
     def _emit(self, incident: Incident, kind: IncidentEventKind, merged_into: str | None = None) -> None:
         root, reason = self._root(incident)
-        if self.config.grouping == "element+time":
-            reason += "; no topology and no rules: grouped per element and time (Alertmanager-style)"
         inputs, absorbed = incident.take_pending(self.clock)
         self._events.append(build_event(incident, root, reason, self.config.grouping, kind, inputs, absorbed,
                                         self.clock, merged_into))
