@@ -121,6 +121,7 @@ class WorkerMetrics:
         self._last_prefix: dict[str, float] = {}
         self._summarizer: Any = None
         self._last_sample = float("-inf")
+        self._incidents: _IncidentMetrics | None = None  # made when an incident loop first reports
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> int:
         """Serve /metrics on `port` (0: any free port) from a daemon thread; returns the bound port."""
@@ -162,6 +163,12 @@ class WorkerMetrics:
         if now - self._last_lag >= _LAG_INTERVAL_S:
             self._last_lag = now
             self._sample_lag(worker)
+
+    def observe_incidents(self, loop) -> None:
+        """The incident loop's observer (worker/kafka/incident_loop.py). Only from that loop's thread."""
+        if self._incidents is None:
+            self._incidents = _IncidentMetrics(self.registry, self.labels)
+        self._incidents.observe(loop)
 
     def _sample_lag(self, worker) -> None:
         client = getattr(worker.consumer, "client", None)
@@ -256,3 +263,30 @@ class MeteredSummarizer:
             for listener in self.listeners:
                 listener(results)
         return results
+
+
+class _IncidentMetrics:
+    """Alarms in, incidents open, alarms per incident, time to open: the incident loop's figures."""
+
+    def __init__(self, registry: CollectorRegistry, labels: dict[str, str]) -> None:
+        names = tuple(labels)
+        self.alarms = Counter("telesum_incident_alarms", "alarms read by the incident loop", names,
+                              registry=registry).labels(**labels)
+        self.events = Counter("telesum_incident_events", "incident events acknowledged (exactly-once: committed)",
+                              names, registry=registry).labels(**labels)
+        self.open = Gauge("telesum_incidents_open", "incidents opened and not yet resolved or merged", names,
+                          registry=registry).labels(**labels)
+        self.size = Histogram("telesum_incident_alarms_per_incident", "alarms of an incident when it resolves",
+                              names, buckets=(1, 2, 5, 10, 15, 25, 50, 100, 250, 500, 1000, 5000),
+                              registry=registry).labels(**labels)
+        self.open_s = Histogram("telesum_incident_open_seconds", "an incident's first alarm read to its open "
+                                "event acknowledged", names, buckets=_SECONDS_BUCKETS, registry=registry).labels(**labels)
+        self._last: dict[str, float] = {}
+
+    def observe(self, loop) -> None:
+        stats = loop.stats
+        WorkerMetrics._inc_delta(self._last, "alarms", stats.alarms, self.alarms)
+        WorkerMetrics._inc_delta(self._last, "events", stats.events, self.events)
+        self.open.set(max(0, stats.opened - stats.resolved))
+        for kind, value in loop.observed:
+            (self.open_s if kind == "open_s" else self.size).observe(value)

@@ -13,7 +13,7 @@ import msgspec
 
 from worker.commands.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SETTINGS
 from worker.messages import Facts, TelemetryRecord
-from worker.commands.samples import KINDS, PROFILES, REAL_PROFILES, iter_generate
+from worker.samples import KINDS, PROFILES, REAL_PROFILES, STORM_PROFILES, iter_generate
 from worker.settings.fields import SettingsError
 from worker.settings.load import load_settings
 
@@ -24,12 +24,14 @@ _encoder = msgspec.json.Encoder()
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--count", type=int, default=100, help="records to produce (default 100)")
-    parser.add_argument("--profile", choices=PROFILES + REAL_PROFILES, default="mixed",
+    parser.add_argument("--profile", choices=PROFILES + REAL_PROFILES + STORM_PROFILES, default="mixed",
                         help="length profile: mixed (45-130 / 1820-2000 words interleaved), "
                              "uniform (50-1900 words), oam (long tail to ~50k tokens), short (45-130 words); "
                              "or real-shaped: real (host logs in every syslog shape, field-style VES and PM, "
                              "ugly ones included), real-long (whole log files of 2,000-50,000 lines), "
-                             "real-formats (network gear, application logs, TS 28.532 PM, VES alarm names)")
+                             "real-formats (network gear, application logs, TS 28.532 PM, VES alarm names); "
+                             "storm: VES faults of one element's fault and the elements behind it, keyed by site "
+                             "(topology and rules: docs/examples/storm-*.csv)")
     parser.add_argument("--seed", type=int, default=0, help="same seed, same records (default 0)")
     parser.add_argument("--kinds", default=",".join(KINDS),
                         help=f"comma-separated record kinds to draw from (default {','.join(KINDS)})")
@@ -106,7 +108,8 @@ def _to_kafka(pairs: Iterable[tuple[TelemetryRecord, Facts]], args: argparse.Nam
     futures = []
     try:
         for record, _facts in pairs:
-            futures.append(producer.send(args.topic, key=record.id.encode(), value=_encoder.encode(record),
+            key = record.source if args.profile in STORM_PROFILES else record.id  # a storm meets in one partition
+            futures.append(producer.send(args.topic, key=key.encode(), value=_encoder.encode(record),
                                          headers=[("content-type", b"application/json")]))
         producer.flush()
     finally:

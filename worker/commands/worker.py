@@ -13,8 +13,10 @@ import os
 import signal
 import sys
 import threading
+from types import SimpleNamespace
 
 from worker.commands import supervisor
+from worker.commands.incident_thread import IncidentThread, build_incident_loop
 from worker.commands.exit_codes import (EXIT_DEADLINE, EXIT_DRAINED, EXIT_FENCED, EXIT_MISSING_CODEC,
                                         EXIT_SETTINGS, EXIT_UNDECODABLE)
 from worker.commands.startup import exit_code_of, read_settings, start_summarizer
@@ -78,11 +80,43 @@ class _Ops:
             self.board = StatusBoard(self.metrics, about, settings_rows(self.loaded), self.health.readiness)
             self.server.status = self.board
 
+    def observe_incidents(self, loop) -> None:
+        """The incident loop's observer hook; alone (TELESUM_INCIDENT_ONLY) it is also the one health watches."""
+        if self.metrics is not None:
+            self.metrics.observe_incidents(loop)
+        if self.loaded.settings.incidents.only:
+            self.health.observe_loop(SimpleNamespace(tracker=SimpleNamespace(partitions=loop.parts.keys),
+                                                     consumer=loop.consumer))
+        if self.board is not None:
+            self.board.observe_incidents(loop)
+
     def observe_loop(self, worker) -> None:
         self.metrics.observe_loop(worker)
         self.health.observe_loop(worker)
         if self.board is not None:
             self.board.observe_loop(worker)
+
+
+def _serve_incidents_only(incidents, ops, stop: threading.Event) -> int:
+    """TELESUM_INCIDENT_ONLY: the incident loop alone, in this thread; no model is loaded."""
+    from worker.commands.incident_thread import exit_code
+    from worker.kafka.publish import ProducerFenced
+
+    s = ops.loaded.settings
+    ops.start_status({"worker": s.kafka.worker_name, "model": "none (incidents only)", "group": s.kafka.group_id,
+                      "topics": f"{s.kafka.input_topic} -> {s.incidents.topic} (incidents only)"})
+    ops.health.set_model_loaded()
+    log.info("worker serving incidents only: %s -> %s", s.kafka.input_topic, s.incidents.topic)
+    try:
+        stats = incidents.run(stop)
+        log.info("worker stopped: %s", stats)
+        return exit_code(incidents, stats)
+    except ProducerFenced as exc:
+        log.error("%s; stopping (the other worker owns this transactional id's work now)", exc)
+        return exit_code(incidents, error=exc)
+    finally:
+        if ops.server is not None:
+            ops.server.close()
 
 
 def _device_label(engine) -> str:
@@ -117,6 +151,9 @@ def _serve(args: argparse.Namespace) -> int:
     install_signal_handlers(stop)
     ops = _Ops(loaded_settings, stop)
     ops.start_http(_device_label(settings.engine))
+    incidents = build_incident_loop(settings, observer=ops.observe_incidents)
+    if incidents is not None and settings.incidents.only:
+        return _serve_incidents_only(incidents, ops, stop)
     k = settings.kafka
     started = start_summarizer(loaded_settings, "worker", worker=k.worker_name, input_topic=k.input_topic,
                                output_topic=k.output_topic, dlq_topic=k.dlq_topic, group_id=k.group_id)
@@ -131,10 +168,15 @@ def _serve(args: argparse.Namespace) -> int:
     listeners = (ops.board.observe_results,) if ops.board is not None else ()
     worker = KafkaWorker(k, ops.metrics.watch_summarizer(summarizer, *listeners), model_name=loaded.name,
                          observer=ops.observe_loop)
+    incident_thread = IncidentThread(incidents) if incidents is not None else None
+    if incident_thread is not None:
+        incident_thread.start(stop)
     try:
         stats = worker.run(stop)
         code = EXIT_DRAINED if stats.drained_cleanly else EXIT_DEADLINE
         log.info("worker stopped: %s", stats)
+        if incident_thread is not None:
+            code = max(code, incident_thread.join(k.drain_timeout_s + 10))
     except ProducerFenced as exc:
         log.error("%s; stopping (the other worker owns this transactional id's work now)", exc)
         code = EXIT_FENCED

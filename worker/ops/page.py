@@ -30,6 +30,9 @@ HTML = """<!doctype html>
 <tbody id="partitions"></tbody></table></section>
 <section><h2>Dead letters by reason</h2>
 <table><thead><tr><th>reason</th><th>count</th></tr></thead><tbody id="reasons"></tbody></table></section>
+<section id="incidentsbox" hidden><h2>Open incidents</h2>
+<table><thead><tr><th>incident</th><th>root cause</th><th>alarms</th><th>elements</th><th>since</th><th>summary</th></tr></thead>
+<tbody id="incidents"></tbody></table></section>
 <section><h2>Latest summaries</h2><div id="latest"></div></section>
 <details><summary>Settings in force</summary>
 <table><thead><tr><th>setting</th><th>value</th><th>source</th></tr></thead><tbody id="settings"></tbody></table>
@@ -106,6 +109,9 @@ JS = r"""'use strict';
     rows($('partitions'), d.partitions.map((p) => [p.topic, p.partition, p.lag === null ? '-' : p.lag,
       p.in_flight, p.paused ? 'yes' : 'no']));
     rows($('reasons'), Object.entries(d.dead_letters).sort((x, y) => y[1] - x[1]));
+    $('incidentsbox').hidden = !d.open_incidents;
+    rows($('incidents'), (d.open_incidents || []).map((i) => [i.incident_id, i.root_cause, i.alarms, i.elements,
+      i.first_time, i.summary]));
     $('latest').replaceChildren(...d.latest.map((r) => {
       const box = el('div', null, 'summary');
       const head = el('div');

@@ -38,6 +38,7 @@ class StatusBoard:
         self._latest: collections.deque[dict] = collections.deque(maxlen=LATEST)
         self._answered: collections.deque[tuple[float, int]] = collections.deque()  # (t, summaries + dlq)
         self._stats: dict = {}
+        self._incidents: list[dict] | None = None  # open incidents, when the incident loop runs
 
     def observe_loop(self, worker) -> None:
         """The KafkaWorker observer hook. Only from the loop thread."""
@@ -53,6 +54,15 @@ class StatusBoard:
             while len(self._answered) > 2 and now - self._answered[1][0] > _RATE_WINDOW_S:
                 self._answered.popleft()
 
+    def observe_incidents(self, loop) -> None:
+        """The incident loop's observer hook: its open incidents (the loop's own view). Only from its thread."""
+        rows = [{"incident_id": e.incident_id, "summary": clean_text(e.summary[:_SUMMARY_CHARS]),
+                 "root_cause": f"{clean_text(e.root_cause.alarm_type)} on {clean_text(e.root_cause.element)}",
+                 "alarms": e.alarms, "elements": len(e.elements), "first_time": e.first_time, "last_time": e.last_time}
+                for e in sorted(loop.open_view, key=lambda e: -e.alarms)[:LATEST]]
+        with self._lock:
+            self._incidents = rows
+
     def observe_results(self, results: list[tuple[Hashable, Summary | Exception]]) -> None:
         """Finished summaries (a MeteredSummarizer listener). Only from the loop thread."""
         rows = [_summary_row(r) for _, r in results if isinstance(r, Summary)]
@@ -64,6 +74,7 @@ class StatusBoard:
         with self._lock:
             stats = dict(self._stats)
             latest = list(self._latest)
+            incidents = self._incidents
             rate = 0.0
             if len(self._answered) >= 2:
                 (t0, n0), (t1, n1) = self._answered[0], self._answered[-1]
@@ -82,6 +93,8 @@ class StatusBoard:
                           "bins": registry.get_sample_value("telesum_bins_total", labels)},
                "partitions": partitions, "dead_letters": stats.get("reasons", {}), "latest": latest,
                "settings": self.settings_rows}
+        if incidents is not None:
+            out["open_incidents"] = incidents
         if self.readiness is not None:
             out["ready"] = self.readiness()[1]
         return out

@@ -21,6 +21,9 @@ __all__ = ["KINDS", "PROFILES", "REAL_PROFILES", "count_words", "generate", "ite
 REAL_PROFILES = ("real", "real-long", "real-formats")
 
 _MAKERS = {"ves": ves.make, "syslog": syslog.make, "pm": pm.make, "trace": trace.make}
+# An alarm storm with a known root cause, for the incidents (`storm.py`); its records are keyed by site.
+STORM_PROFILES = ("storm",)
+
 
 
 def iter_generate(n: int | None, profile: str = "mixed", seed: int = 0,
@@ -31,6 +34,11 @@ def iter_generate(n: int | None, profile: str = "mixed", seed: int = 0,
         yield from _iter_real(n, profile, seed)
         return
     if profile not in PROFILES:
+    if profile in STORM_PROFILES:
+        from worker.samples.storm import storm_records
+
+        yield from storm_records(n, seed)
+        return
         raise ValueError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES + REAL_PROFILES)}")
     unknown = [k for k in kinds if k not in _MAKERS]
     if unknown or not kinds:

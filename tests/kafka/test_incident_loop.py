@@ -1,0 +1,125 @@
+"""The incident loop against a real broker: storms become incidents with their root cause, and every
+alarm is listed in exactly one incident's events for a read_committed consumer, through a rebalance
+and through a SIGKILL of `telesum worker`."""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+import uuid
+
+import msgspec
+import pytest
+
+from tests.kafka.helpers import WorkerProcess, worker_settings
+from tests.kafka.incident_helpers import STORM_RULES, STORM_TOPOLOGY, all_listed, listed, produce_storm, read_events
+from worker.incidents import RoomConfig, load_rules, load_topology
+from worker.kafka.incident_loop import IncidentLoop, incident_kafka_settings
+from worker.settings.incidents import IncidentSettings
+
+pytestmark = pytest.mark.kafka
+
+# Updates every second of event time (the default 10 s would make each test wait that long for the last ones).
+UPDATE_S = "1"
+
+
+@pytest.fixture
+def topics(make_topic):
+    def make(partitions: int = 2):
+        return make_topic("alarms", partitions), make_topic("out"), make_topic("dlq"), make_topic("incidents", 2)
+    return make
+
+
+@pytest.fixture
+def run_loop(kafka_bootstrap):
+    """Factory: an in-process IncidentLoop serving in a thread; stopped (drained) at the end."""
+    running: list[tuple[threading.Thread, threading.Event, IncidentLoop]] = []
+
+    def start(inp, out, dlq, incidents, group, guarantee="exactly-once", worker_id="w0") -> IncidentLoop:
+        kafka = worker_settings(kafka_bootstrap, inp, out, dlq, processing_guarantee=guarantee, worker_id=worker_id)
+        kafka = msgspec.structs.replace(kafka, group_id=group)
+        settings = IncidentSettings(topic=incidents, topology=STORM_TOPOLOGY, rules=STORM_RULES,
+                                    update_interval_s=float(UPDATE_S))
+        loop = IncidentLoop(incident_kafka_settings(kafka, settings), settings, RoomConfig.from_settings(settings))
+        stop = threading.Event()
+        thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
+        thread.start()
+        running.append((thread, stop, loop))
+        return loop
+
+    yield start
+    for thread, stop, _ in running:
+        stop.set()
+        thread.join(30)
+
+
+def test_incident_loop_storm_keyed_by_site_one_incident_rooted_at_the_faulty_element(kafka_bootstrap, topics, run_loop):
+    inp, out, dlq, incidents = topics(2)
+    produce_storm(kafka_bootstrap, inp, 200)
+    run_loop(inp, out, dlq, incidents, f"g-{uuid.uuid4().hex}")
+    events = read_events(kafka_bootstrap, incidents, all_listed(200))
+    assert set(listed(events).values()) == {1} and len(listed(events)) == 200
+    last = {e["incident_id"]: e for e in events}
+    storm = max(last.values(), key=lambda e: e["alarms"])
+    assert storm["root_cause"]["element"] == "dev-1" and storm["root_cause"]["alarm_type"] == "A1"
+    assert storm["alarms"] >= 180 and storm["grouping"] == "rules+topology"
+    assert "root cause A1 on dev-1" in storm["summary"]
+    assert all(e["_key"] == e["incident_id"] for e in events)
+    opens = [e for e in events if e["event"] == "open"]
+    assert {e["root_cause"]["alarm_type"] for e in opens} == {"A1", "A4"}  # the storm and the unrelated alarms
+
+
+def test_incident_loop_rebalance_to_a_second_member_every_alarm_listed_once(kafka_bootstrap, topics, run_loop):
+    inp, out, dlq, incidents = topics(4)
+    group = f"g-{uuid.uuid4().hex}"
+    produce_storm(kafka_bootstrap, inp, 300, key_by="element")
+    run_loop(inp, out, dlq, incidents, group, worker_id="w0")
+    read_events(kafka_bootstrap, incidents, lambda e: len(listed(e)) >= 60)
+    run_loop(inp, out, dlq, incidents, group, worker_id="w1")  # takes some partitions mid-stream
+    produce_storm(kafka_bootstrap, inp, 300, key_by="element")  # the same records again: 600 inputs
+    events = read_events(kafka_bootstrap, incidents, all_listed(600), wait_s=90)
+    counts = listed(events)
+    assert len(counts) == 600, f"{600 - len(counts)} inputs in no incident"
+    assert [k for k, n in counts.items() if n > 1] == []
+
+
+def test_incident_loop_at_least_once_commits_no_further_than_an_open_incident(kafka_bootstrap, topics, run_loop):
+    from tests.kafka.helpers import committed_offset
+    from kafka import TopicPartition
+
+    inp, out, dlq, incidents = topics(1)
+    group = f"g-{uuid.uuid4().hex}"
+    produce_storm(kafka_bootstrap, inp, 50)
+    run_loop(inp, out, dlq, incidents, group, guarantee="at-least-once")
+    read_events(kafka_bootstrap, incidents, all_listed(50))
+    time.sleep(1.0)  # a commit round after the last acknowledgement
+    # The storm's incident stays open (idle_s is an hour of event time): its first alarm holds the offset.
+    assert committed_offset(kafka_bootstrap, f"{group}-incidents", TopicPartition(inp, 0)) == 0
+
+
+def test_worker_sigkill_incident_only_every_alarm_in_exactly_one_incident(kafka_bootstrap, topics, tokenizer_dir,
+                                                                         tmp_path, monkeypatch):
+    inp, out, dlq, incidents = topics(3)
+    group = f"g-{uuid.uuid4().hex}"
+    extra = {"worker-id": "w0", "processing-guarantee": "exactly-once", "incident-topic": incidents,
+             "incident-topology": STORM_TOPOLOGY, "incident-rules": STORM_RULES,
+             "incident-update-interval-s": UPDATE_S}
+    monkeypatch.setenv("TELESUM_INCIDENT_ONLY", "true")  # a switch: no value on the command line
+    produce_storm(kafka_bootstrap, inp, 400, key_by="element")
+    worker = WorkerProcess(kafka_bootstrap, inp, out, dlq, group, tokenizer_dir, tmp_path / "w0.log", **extra)
+    try:
+        read_events(kafka_bootstrap, incidents, lambda e: len(listed(e)) >= 100)
+        worker.kill()  # mid-stream: open incidents, events in an open transaction
+        produce_storm(kafka_bootstrap, inp, 400, key_by="element")
+        worker = WorkerProcess(kafka_bootstrap, inp, out, dlq, group, tokenizer_dir, tmp_path / "w1.log", **extra)
+        events = read_events(kafka_bootstrap, incidents, all_listed(800), wait_s=90)
+        counts = listed(events)
+        assert len(counts) == 800, f"{800 - len(counts)} inputs in no incident\n{worker.log()[-3000:]}"
+        assert [k for k, n in counts.items() if n > 1] == []
+        assert "inputs below" in worker.log()  # the restart rebuilt from the committed offset
+        assert worker.stop() == 0, worker.log()[-3000:]
+    finally:
+        if worker.proc.poll() is None:
+            worker.kill()
+    assert collections.Counter(e["event"] for e in events)["open"] >= 3

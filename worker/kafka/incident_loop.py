@@ -1,0 +1,307 @@
+"""The incident loop: the input topic's alarms grouped into incidents, published on the incidents topic.
+
+A loop of its own beside the summarizing one (`loop.py`): its own consumer group (`<group_id>-incidents`,
+or `group_id` itself when it answers alone, TELESUM_INCIDENT_ONLY), its own producer (transactional id
+`telesum.<its group>.<worker>` under exactly-once), one incidents room per input partition
+(`incident_partition.py`), so the summaries' lag never waits on an open incident and one partition's
+incidents never wait on another's commit. Each message is decoded by the same input layer as the
+summaries'; each record that carries an alarm (`alarm_from_record`) goes to its partition's room; every
+event goes out as JSON keyed by its incident id. Offsets and what they cover: see `incident_partition`.
+
+At-least-once: events are sent at once, covered when acknowledged, offsets committed every
+commit_interval_s. Exactly-once: events wait for the next transaction (commit_interval_s or
+transaction_max_records), which carries them and the offsets with their metadata.
+
+Threads: one thread owns the consumer, the rooms and the transactions; the producer's I/O thread only
+queues acknowledgements.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+from kafka import TopicPartition
+from kafka.errors import CommitFailedError, InvalidProducerEpochError, KafkaError, ProducerFencedError
+from kafka.structs import OffsetAndMetadata
+
+from worker.incidents import RoomConfig
+from worker.inputs import Message, decoder_for
+from worker.inputs.json_log import parse_field_map
+from worker.kafka.clients import Consumer, Producer
+from worker.kafka.incident_outputs import IncidentStats, Out, alarm_of, dead_letter, event_output
+from worker.kafka.incident_outputs import incident_kafka_settings  # noqa: F401 - the loop's settings, re-exported
+from worker.kafka.incident_partition import InputRef, PartitionRoom, Restore
+from worker.kafka.publish import ProducerFenced
+from worker.messages import IncidentEvent, InvalidRecord, TelemetryRecord
+from worker.settings.incidents import IncidentSettings
+from worker.settings.kafka import KafkaSettings
+
+log = logging.getLogger(__name__)
+# While the member (re)joins its group, polls are long (as in loop.py: short ones can restart the rebalance).
+_REJOIN_POLL_MS = 1000
+# After a failed send (at-least-once; the producer already retried for delivery_timeout_ms), wait this long.
+_RESEND_S = 1.0
+# The open incidents are listed for the status page this often (building the view costs a root-cause pass each).
+_VIEW_S = 2.0
+
+
+class IncidentLoop:
+    """Serves the incidents of `settings.input_topic` until `stop` is set. `run()` from one thread."""
+
+    def __init__(self, settings: KafkaSettings, incidents: IncidentSettings, config: RoomConfig,
+                 consumer: Consumer | None = None, producer: Producer | None = None,
+                 observer: Callable[[IncidentLoop], None] | None = None) -> None:
+        self.settings, self.incidents, self.config = settings, incidents, config
+        self.topic = incidents.topic or ""
+        self.consumer = consumer or Consumer(settings)
+        self.producer = producer or Producer(settings)
+        self.observer = observer
+        self.decode = decoder_for(settings.input_format, parse_field_map(settings.json_log_fields),
+                                  settings.max_items_per_message)
+        self.parts: dict[TopicPartition, PartitionRoom] = {}
+        self.stats = IncidentStats()
+        self._new: set[TopicPartition] = set()
+        self._revoking: set[TopicPartition] = set()
+        self._outbox: list[Out] = []                      # exactly-once: for the next transaction
+        self._acks: queue.SimpleQueue = queue.SimpleQueue()  # at-least-once: (out, error | None)
+        self._unacked = 0
+        self._resend: list[tuple[float, Out]] = []
+        self._committed: dict[TopicPartition, tuple[int, str]] = {}
+        self._last_commit = 0.0
+        self.observed: list[tuple[str, float]] = []  # for the observer: ("open_s", wait) and ("alarms", size)
+        self.open_view: list[IncidentEvent] = []     # the open incidents, refreshed every _VIEW_S for other threads
+        self._last_view = 0.0
+
+    # Rebalance callbacks run inside poll(): no blocking calls (the committed offsets are read after it).
+    def _on_revoked(self, partitions: set[TopicPartition]) -> None:
+        self._revoking |= partitions
+
+    def _on_assigned(self, partitions: set[TopicPartition]) -> None:
+        self._settle_revocations(partitions)
+        self._new |= partitions - self.parts.keys()
+        log.info("incidents: assigned %s", sorted(map(tuple, partitions)))
+
+    def _settle_revocations(self, assigned: set[TopicPartition]) -> None:
+        gone, self._revoking = self._revoking - assigned, set()
+        if gone:
+            self._forget(gone)
+            log.info("incidents: revoked %s; their open incidents are recomputed by the new owner",
+                     sorted(map(tuple, gone)))
+
+    def _forget(self, gone: set[TopicPartition]) -> None:
+        for tp in gone:
+            self.parts.pop(tp, None)
+            self._committed.pop(tp, None)
+        self._new -= gone
+        self._outbox = [out for out in self._outbox if out.tp not in gone]
+        self._resend = [item for item in self._resend if item[1].tp not in gone]
+
+    def run(self, stop: threading.Event) -> IncidentStats:
+        """Serve until `stop` is set, then publish and commit what is ready, and close."""
+        self.consumer.open(self._on_revoked, self._on_assigned)
+        self.producer.open()
+        try:
+            while not stop.is_set():
+                self._step()
+            self._drain()
+        finally:
+            self.consumer.close()
+            self.producer.close()
+        return self.stats
+
+    def _step(self) -> None:
+        stable = self.consumer.is_stable()
+        messages = self.consumer.poll(_REJOIN_POLL_MS if not stable else self.settings.poll_timeout_ms)
+        if self._revoking and self.consumer.is_stable():
+            self._settle_revocations(self.consumer.assignment())
+        self._open_new()
+        for msg in messages:
+            self._accept(msg)
+        for tp, part in list(self.parts.items()):
+            self._emit(tp, part.tick())
+        self._publish()
+        self._maybe_commit(force=False)
+        if self.observer is not None:
+            if time.monotonic() - self._last_view >= _VIEW_S:
+                self._last_view = time.monotonic()
+                self.open_view = [event for part in self.parts.values() for event in part.room.open_incidents()]
+            self.observer(self)
+            self.observed.clear()
+
+    def _open_new(self) -> None:
+        """Rooms for newly assigned partitions, restored from their committed offset and metadata."""
+        for tp in sorted(self._new & self.consumer.assignment()):
+            committed = self.consumer.client.committed(tp, metadata=True)
+            restore = Restore.from_metadata(committed.metadata if committed is not None else None)
+            self.parts[tp] = PartitionRoom(tp, self.config, restore)
+            if restore is not None:
+                log.info("incidents: %s[%d] from offset %d: inputs below %d are rebuilt without events",
+                         tp.topic, tp.partition, committed.offset, restore.covered_through)
+        self._new.clear()
+
+    def _accept(self, msg) -> None:
+        tp = TopicPartition(msg.topic, msg.partition)
+        part = self.parts.get(tp)
+        if part is None:
+            return  # fetched before a revocation
+        if part.next_offset is not None and msg.offset < part.next_offset:
+            # The position went back to the committed offset: recompute this partition from there.
+            self._forget({tp})
+            self._new.add(tp)
+            self._open_new()
+            part = self.parts[tp]
+        self.stats.consumed += 1
+        alarms, letters = [], []
+        try:
+            items = self.decode(Message(msg.value or b"", tuple(msg.headers or ()), msg.topic, msg.partition,
+                                        msg.offset, getattr(msg, "timestamp", None)))
+        except Exception as exc:  # noqa: BLE001 - one message never stops the loop
+            items = [InvalidRecord("internal_error", f"{type(exc).__name__} while decoding: {exc}")]
+        batch = len(items) > 1
+        for index, item in enumerate(items):
+            ref = InputRef(msg.topic, msg.partition, msg.offset, index if batch else None)
+            if isinstance(item, TelemetryRecord):
+                alarm = alarm_of(item, ref, getattr(msg, "timestamp", None))
+                if alarm is not None:
+                    alarms.append(alarm)
+            elif self.incidents.only:  # no summarizing loop answers it: its dead letter is ours
+                letters.append((ref, item))
+        self.stats.alarms += len(alarms)
+        self._emit(tp, part.feed(msg.offset, alarms, [ref for ref, _ in letters]))
+        for ref, item in letters:
+            if not part.is_echo(ref):
+                self._queue(Out(tp, dead_letter(self.settings, msg, ref, item), (ref,)))
+
+    def _emit(self, tp: TopicPartition, events: list[IncidentEvent]) -> None:
+        for event in events:
+            self._queue(Out(tp, event_output(self.topic, event), tuple(event.inputs), event))
+
+    def _queue(self, out: Out) -> None:
+        if self.settings.exactly_once:
+            self._outbox.append(out)
+        else:
+            self._send(out)
+
+    def _send(self, out: Out) -> None:
+        self._unacked += 1
+        o = out.output
+        self.producer.send(o.topic, o.key, o.value, o.headers, lambda error: self._acks.put((out, error)))
+
+    def _publish(self) -> None:
+        """At-least-once: take the acknowledgements, send failed outputs again after a pause."""
+        now = time.monotonic()
+        due = [out for at, out in self._resend if at <= now]
+        self._resend = [(at, out) for at, out in self._resend if at > now]
+        for out in due:
+            if out.tp in self.parts:
+                self._send(out)
+        while True:
+            try:
+                out, error = self._acks.get_nowait()
+            except queue.Empty:
+                return
+            self._unacked -= 1
+            if out.tp not in self.parts:
+                continue
+            if error is not None:
+                log.warning("incidents: publish to %s failed (%s); again in %.0f s", out.output.topic, error, _RESEND_S)
+                self._resend.append((time.monotonic() + _RESEND_S, out))
+            else:
+                self._done(out)
+
+    def _done(self, out: Out) -> None:
+        part = self.parts.get(out.tp)
+        if part is None:
+            return
+        waited = part.covered(out.refs)
+        if out.event is None:
+            self.stats.dead_letters += 1
+            return
+        self.stats.events += 1
+        if out.event.event == "open":
+            self.stats.opened += 1
+            self.stats.open_wait_s += waited[0] if waited else 0.0
+            if self.observer is not None and waited:
+                self.observed.append(("open_s", waited[0]))
+        elif out.event.event == "resolve":
+            self.stats.resolved += 1
+            if self.observer is not None and not out.event.merged_into:
+                self.observed.append(("alarms", out.event.alarms))
+
+    def _maybe_commit(self, force: bool) -> None:
+        now = time.monotonic()
+        due = now - self._last_commit >= self.settings.commit_interval_s or (
+            self.settings.exactly_once and len(self._outbox) >= self.settings.transaction_max_records)
+        if not (force or due):
+            return
+        self._last_commit = now
+        listing: dict[TopicPartition, set[InputRef]] = {}
+        for out in self._outbox:
+            listing.setdefault(out.tp, set()).update(out.refs)
+        offsets = {}
+        for tp, part in self.parts.items():
+            if tp in self._revoking:  # never for a partition on its way out (loop.py's Committer says why)
+                continue
+            position = part.position(listing.get(tp, set()))
+            if position is not None and position != self._committed.get(tp):
+                offsets[tp] = position
+        if not offsets and not self._outbox:
+            return
+        if self.settings.exactly_once:
+            self._transaction(offsets)
+            return
+        try:
+            self.consumer.client.commit({tp: OffsetAndMetadata(o, m, -1) for tp, (o, m) in offsets.items()})
+        except KafkaError as exc:  # e.g. a rebalance is under way: the next round commits again
+            log.warning("incidents: commit of %s failed: %s", {tp: o for tp, (o, _) in offsets.items()}, exc)
+            return
+        self._committed.update(offsets)
+        self.stats.commits += 1
+
+    def _transaction(self, offsets: dict[TopicPartition, tuple[int, str]]) -> None:
+        batch = [out for out in self._outbox if out.tp in self.parts and out.tp not in self._revoking]
+        try:
+            self.producer.begin_transaction()
+            for out in batch:
+                o = out.output
+                self.producer.send(o.topic, o.key, o.value, o.headers, lambda error: None)
+            if offsets:
+                self.producer.client.send_offsets_to_transaction(
+                    {tp: OffsetAndMetadata(o, m, -1) for tp, (o, m) in offsets.items()}, self.consumer.group_metadata())
+            self.producer.commit_transaction()
+        except (ProducerFencedError, InvalidProducerEpochError) as exc:
+            raise ProducerFenced(f"incidents: fenced by a newer producer with this transactional id: {exc}") from exc
+        except (CommitFailedError, KafkaError) as exc:  # abortable: the same outputs go into the next one
+            self.stats.aborts += 1
+            log.warning("incidents: transaction aborted (%s: %s); retrying", type(exc).__name__, exc)
+            try:
+                self.producer.abort_transaction()
+            except (ProducerFencedError, InvalidProducerEpochError) as fenced:
+                raise ProducerFenced(f"incidents: fenced while aborting: {fenced}") from fenced
+            return
+        sent = set(map(id, batch))
+        self._outbox = [out for out in self._outbox if id(out) not in sent]
+        for out in batch:
+            self._done(out)
+        self._committed.update(offsets)
+        self.stats.transactions += 1
+        self.stats.commits += bool(offsets)
+
+    def _drain(self) -> None:
+        """Stop fetching; publish what is ready and commit. Open incidents stay open: their uncovered
+        inputs are above the committed offset, and whoever reads next recomputes them."""
+        self.consumer.pause(self.consumer.assignment())
+        deadline = time.monotonic() + self.settings.drain_timeout_s
+        if not self.settings.exactly_once:
+            self.producer.flush(max(0.0, deadline - time.monotonic()))
+            self._publish()
+        self._maybe_commit(force=True)
+        while self._outbox and time.monotonic() < deadline:
+            time.sleep(0.1)  # an aborted last transaction: try again while the deadline allows
+            self._maybe_commit(force=True)
+        self.stats.drained_cleanly = not (self._outbox or self._unacked or self._resend)
+        log.info("incidents: drained (%s): %s", "clean" if self.stats.drained_cleanly else "deadline hit", self.stats)
