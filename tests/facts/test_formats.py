@@ -436,3 +436,17 @@ def test_stnd_attribute_changes_in_the_specifications_positional_form_and_new_va
     only_new = _stnd({"notificationType": "notifyMOIAttributeValueChanges", "href": "x",
                       "attributeListValueChanges": [{"attributeNameValuePairSet": {"faults-enabled": True}}]})
     assert only_new.problem == "MOI (the notification names no object) changed: faults-enabled set to true"
+
+
+def test_stnd_payload_encoded_twice_and_a_pm_streaming_payload_without_a_notification_type():
+    twice = _stnd(json.dumps({"notificationType": "notifyHeartbeat", "heartbeatNtfPeriod": 30}))
+    assert twice.problem == "heartbeat, element alive (period 30 s)"
+    ref = ("/du:network-function/distributed-unit-functions[id='du-9']/cell[id='c1']/supported-measurements"
+           "[measurement-type='user-equipment-average-throughput-uplink']")
+    stream = _stnd({"id": "pm-1", "job-tag": "job-7", "granularity-period": 10,
+                    "measurements": [{"measurement-type-instance-reference": ref, "value": 53861, "unit": "kbit/s"},
+                                     {"measurement-type-instance-reference": ref.replace("uplink", "downlink"),
+                                      "value": 91001, "unit": "kbit/s"}]})
+    assert stream.severity == "info" and stream.problem.startswith(
+        "PM measurements of job job-7, 2 measurements, no known KPI computed: user-equipment-average-throughput-uplink "
+        "53861 kbit/s, ")

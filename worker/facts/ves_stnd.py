@@ -270,7 +270,13 @@ def stnd_defined(event: dict) -> Reading:
     fields = event.get("stndDefinedFields")
     if not isinstance(fields, dict):
         return None, None, {}, ["stndDefined event has no stndDefinedFields object"]
-    data = fields.get("data") if isinstance(fields.get("data"), dict) else {}
+    data = fields.get("data")
+    if isinstance(data, str):  # a collector that encoded the payload twice
+        try:
+            data = json.loads(data)
+        except ValueError:
+            data = None
+    data = data if isinstance(data, dict) else {}
     details = _str_fields(fields, ("schemaReference",))
     details.update({k: v for k, v in _str_fields(data, (
         "notificationType", "alarmType", "probableCause", "systemDN", "alarmId", "href", "eventTime",
@@ -309,4 +315,34 @@ def stnd_defined(event: dict) -> Reading:
         return severity, problem, details, errors
     if kind:
         return "info", f"{_words(kind)} notification" + _context(data), details, errors
-    return None, None, details, errors + ["stndDefined data has no notificationType"]
+    if isinstance(data.get("measurements"), list):
+        return "info", _measurements(data), details, errors
+    errors.append("stndDefined data has no notificationType")
+    schema = str(fields.get("schemaReference", "")).rstrip("/").rsplit("/", 1)[-1]
+    if schema and not is_placeholder(schema, "schemaReference") and "." not in schema:
+        return "info", f"{_words(schema)} notification", details, errors
+    return None, None, details, errors
+
+
+def _measurement_name(item: dict) -> str | None:
+    """A measurement's type: its own field, else the `measurement-type='…'` key of its reference."""
+    for key in ("measurement-type", "measurementType", "name"):
+        if item.get(key):
+            return str(item[key])
+    m = re.search(r"measurement-type='([^']+)'", str(item.get("measurement-type-instance-reference", "")))
+    return m.group(1) if m else None
+
+
+def _measurements(data: dict) -> str:
+    """A PM streaming payload (`measurements`: type, value, unit), as an O-RAN O1 component sends it."""
+    items = [m for m in data["measurements"] if isinstance(m, dict)]
+    shown = []
+    for item in items[:MAX_ATTRIBUTES]:
+        name = _measurement_name(item) or "a measurement"
+        value = item.get("value")
+        shown.append(f"{name} {_value(value)}" + (f" {item['unit']}" if item.get("unit") and value is not None else ""))
+    more = len(items) - len(shown)
+    job = next((str(data[k]) for k in ("job-tag", "jobTag", "jobId", "job-id") if data.get(k)), None)
+    count = f"{len(items)} measurement{'s' if len(items) != 1 else ''}"
+    return ("PM measurements" + (f" of job {job}" if job else "") + f", {count}, no known KPI computed"
+            + (": " + ", ".join(shown) if shown else "") + (f" and {more} more" if more > 0 else ""))
