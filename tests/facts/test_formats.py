@@ -450,3 +450,10 @@ def test_stnd_payload_encoded_twice_and_a_pm_streaming_payload_without_a_notific
     assert stream.severity == "info" and stream.problem.startswith(
         "PM measurements of job job-7, 2 measurements, no known KPI computed: user-equipment-average-throughput-uplink "
         "53861 kbit/s, ")
+
+
+def test_ves_measurement_without_cpu_or_memory_claims_no_check():
+    header = {"domain": "measurement", "eventName": "Measurement_x", "sourceName": "vnf-3"}
+    fields = {"measurementInterval": 60, "nicPerformanceArray": [{"nicIdentifier": "eth0", "receivedOctetsDelta": 9}]}
+    f = _facts("ves", {"event": {"commonEventHeader": header, "measurementFields": fields}})
+    assert f.problem == "routine measurement report (nicPerformanceArray), no CPU or memory usage in it to check"

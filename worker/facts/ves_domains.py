@@ -173,6 +173,10 @@ def measurement(event: dict) -> Reading:
         if percent >= MEM_MINOR:
             findings.append(("major" if percent >= MEM_MAJOR else "minor",
                              f"high memory usage {percent:.1f}% on {mem.get('vmIdentifier', 'a VM')}"))
+    if not findings and not ("cpuMaxPercent" in details or "memoryMaxPercent" in details):
+        arrays = [k for k, v in fields.items() if isinstance(v, (list, dict)) and v][:4]
+        return "info", "routine measurement report" + (f" ({', '.join(arrays)})" if arrays else "") + \
+            ", no CPU or memory usage in it to check", details, []
     if not findings:
         return "info", "routine measurement report, resource usage normal", details, []
     severity = worst_severity(s for s, _ in findings)
