@@ -53,6 +53,13 @@ class Incident:
     sequence: int = 0                                          # events sent
     last_event_time: float = 0.0
     dirty: bool = False                                        # something changed since the last event
+    root_memo: tuple | None = None                             # (shape when chosen, root, reason)
+
+    @property
+    def shape(self) -> tuple:
+        """What the root choice depends on in the incident: it is chosen again when this changes."""
+        return (len(self.counts), len(self.keys), len(self.elements), self.first_time, self.anchor.time,
+                self.anchor.element)
 
     @classmethod
     def start(cls, alarm: Alarm, standing: StandingAlarm) -> Incident:

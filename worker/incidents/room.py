@@ -266,10 +266,17 @@ class IncidentRoom:
         heapq.heappush(self._timers, (due, next(self._order), kind, incident.incident_id))
 
     def _root(self, incident: Incident) -> tuple[Alarm, str]:
+        """The root as `choose_root` names it; without learned statistics it depends on the incident
+        alone, so it is chosen again only when its types, standing alarms, elements or anchor changed."""
+        shape = incident.shape if self.learned is None else None
+        if shape is not None and incident.root_memo is not None and incident.root_memo[0] == shape:
+            return incident.root_memo[1], incident.root_memo[2]
         root, reason = choose_root(incident, self.config.rules, self.config.topology, self.config.max_hops,
                                    self.learned)
         if self.config.grouping == "element+time":
             reason += "; no topology and no rules: grouped per element and time (Alertmanager-style)"
+        if shape is not None:
+            incident.root_memo = (shape, root, reason)
         return root, reason
 
     def _emit(self, incident: Incident, kind: IncidentEventKind, merged_into: str | None = None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from functools import lru_cache
 from typing import Any
 
 from worker.incidents.alarms import Alarm
@@ -13,11 +14,16 @@ _TYPES_SHOWN = 3
 
 
 def iso(time: float) -> str:
-    return datetime.fromtimestamp(time, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _iso_second(int(time // 1))
+
+
+@lru_cache(maxsize=8192)  # an event names four or five times, mostly the same few seconds
+def _iso_second(second: int) -> str:
+    return datetime.fromtimestamp(second, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _clock(time: float) -> str:
-    return datetime.fromtimestamp(time, tz=timezone.utc).strftime("%H:%M UTC")
+    return iso(time)[11:16] + " UTC"
 
 
 def _duration(seconds: float) -> str:
