@@ -31,8 +31,9 @@ MAX_PROBLEM_GROUPS = 5   # in Facts.problems
 PROBLEM_TEXT_GROUPS = 2  # in the one-line problem a small model reads
 MAX_LOG_PROBLEM_CHARS = 200
 MAX_SENDERS_NAMED = 3         # senders with a problem of their own named in the problem
-SENDER_PHRASE_CHARS = 72      # each one's problem, bracketed asides dropped first
-MAX_SENDERS_PROBLEM_CHARS = 300
+LEAD_PHRASE_CHARS = 100       # the first sender's problem, bracketed asides dropped first
+SENDER_PHRASE_CHARS = 72      # each other one's
+MAX_SENDERS_PROBLEM_CHARS = 340
 HYGIENE_RANK = SEVERITY_RANK["warning"]
 # How the lines after a Java or Python error begin (they belong to the line before).
 CONTINUATIONS = ("at ", "Caused by:", "Traceback ", "File \"", "...", "Exception in thread", "\tat ")
@@ -114,7 +115,8 @@ def _senders_with_problems(ranked: list[Group]) -> list[tuple[str, Group, int]]:
 def _senders_phrase(senders: list[tuple[str, Group, int]]) -> str:
     """`<problem> (2 times), also on rtr-2 (once); leaf-7: <its problem> (12 times); 3 more senders
     with problems`: each sender's leading problem with its count, senders sharing one problem named
-    together; up to `MAX_SENDERS_NAMED` problems and as many senders beside each, the rest counted.
+    together; up to `MAX_SENDERS_NAMED` problems and as many senders beside each, while they fit in
+    `MAX_SENDERS_PROBLEM_CHARS` (a phrase is never cut off), the rest counted.
     The first sender is the element, named before the problem."""
     by_group: dict[int, list[tuple[str, Group, int]]] = {}
     for sender in senders:
@@ -122,12 +124,15 @@ def _senders_phrase(senders: list[tuple[str, Group, int]]) -> str:
     parts, named = [], 0
     for i, members in enumerate(list(by_group.values())[:MAX_SENDERS_NAMED]):
         (host, group, n), others = members[0], members[1:]
-        text = (f"{host}: " if i else "") + f"{_compact(group.text(), SENDER_PHRASE_CHARS)} ({_times(n)})"
+        limit = LEAD_PHRASE_CHARS if i == 0 else SENDER_PHRASE_CHARS
+        text = (f"{host}: " if i else "") + f"{_compact(group.text(), limit)} ({_times(n)})"
         if others:
             shown = others[:MAX_SENDERS_NAMED]
             text += ", also on " + ", ".join(f"{h} ({_times(k)})" for h, _, k in shown)
             if len(others) > len(shown):
                 text += f" and {len(others) - len(shown)} more"
+        if parts and sum(len(p) + 2 for p in parts) + len(text) > MAX_SENDERS_PROBLEM_CHARS - 40:
+            break  # the rest are counted: a cut phrase would lose what happened
         parts.append(text)
         named += len(members)
     rest = len(senders) - named

@@ -26,7 +26,7 @@ from worker.prompts.text import withhold_instructions
 OPENING_ROLE = "assistant"
 # two problems of a log window with their counts, or three senders' own problems (facts.syslog);
 # more drowns the sentence
-MAX_PROBLEM_CHARS = 300
+MAX_PROBLEM_CHARS = 340
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 _ISO_UTC = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}:\d{2}:\d{2})(?:\.\d+)?Z$")
 _WHITESPACE = re.compile(r"\s+")
@@ -121,7 +121,7 @@ def _first_line(record: TelemetryRecord) -> str | None:
 
 
 def opening_message(record: TelemetryRecord, facts: Facts) -> dict[str, str]:
-    """The opening as the prompt's last message (see `worker.preprocess.tokenize_messages`)."""
+    """The opening as the prompt's last message (see `worker.summarizer.preprocess.tokenize_messages`)."""
     return {"role": OPENING_ROLE, "content": answer_opening(record, facts)}
 
 
