@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from worker.runtime import build_summarizer, load_model  # noqa: E402
+from worker.commands.runtime import build_summarizer, load_model  # noqa: E402
 from worker.settings.budgets import Budgets, resolve_budgets  # noqa: E402
 from worker.settings.load import load_settings  # noqa: E402
 from worker.commands.summarize import SECTIONS as SUMMARIZE_SECTIONS  # noqa: E402
-from worker.commands.samples import iter_generate  # noqa: E402
+from worker.samples import iter_generate  # noqa: E402
 
 
 def measure(loaded, engine, budgets: Budgets, records, warmup: int) -> dict:

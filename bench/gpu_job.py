@@ -56,7 +56,7 @@ def build_loaded(shape: str, tokenizer):
 
 
 def records_for(profile: str, n: int, seed: int = 11):
-    from worker.commands.samples import generate
+    from worker.samples import generate
 
     return [r for r, _ in generate(n, profile, seed=seed)]
 
@@ -66,7 +66,7 @@ def summarizer_run(loaded, records, *, sampling: str, worker_config: bool, profi
     from worker.prompts.sampling import default_sampling
     from worker.settings.budgets import Budgets
     from worker.settings.sections import EngineSettings
-    from worker.summarizer import Summarizer
+    from worker.summarizer.summarizer import Summarizer
     from worker.engine.sequence import SamplingParams
 
     params = (default_sampling(NEW_TOKENS) if sampling == "production"
@@ -136,7 +136,7 @@ def summarizer_run(loaded, records, *, sampling: str, worker_config: bool, profi
 def worker_summarizer(loaded, params, new_tokens: int = NEW_TOKENS):
     """The Summarizer exactly as `telesum worker` builds it from its default settings on this GPU
     (budgets from the probe, as the command resolves them)."""
-    from worker.runtime import budgets_for, build_summarizer
+    from worker.commands.runtime import budgets_for, build_summarizer
     from worker.settings.load import from_values
 
     loaded_settings = from_values({"engine.max_new_tokens": new_tokens})
@@ -148,7 +148,7 @@ def worker_summarizer(loaded, params, new_tokens: int = NEW_TOKENS):
 
 
 def prompts_for(loaded, records) -> list[list[int]]:
-    from worker.preprocess import Preprocessor, default_workers
+    from worker.summarizer.preprocess import Preprocessor, default_workers
 
     pool = Preprocessor(loaded.tokenizer, default_workers("cuda"))
     try:

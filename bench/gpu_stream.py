@@ -188,7 +188,7 @@ def stream_run(summarizer, records, *, rate: float, seconds: float, in_flight_bo
 
 
 def build_cpu_loaded(new_tokens: int):
-    from worker.runtime import load_model
+    from worker.commands.runtime import load_model
     from worker.settings.load import from_values
 
     return load_model(from_values({"engine.model": "tiny", "engine.device": "cpu",

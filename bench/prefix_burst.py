@@ -23,11 +23,11 @@ from worker.model.config import ModelConfig
 from worker.model.llama import LlamaModel
 from worker.model.loader import embedded_model_path
 from worker.model.tokenizer import load_tokenizer
-from worker.preprocess import Preprocessor
+from worker.summarizer.preprocess import Preprocessor
 from worker.settings.budgets import Budgets
 from worker.settings.sections import EngineSettings
-from worker.summarizer import Summarizer
-from worker.commands.samples import generate
+from worker.summarizer.summarizer import Summarizer
+from worker.samples import generate
 
 
 def run(loaded, records, *, token_budget: int, wait: bool) -> dict:

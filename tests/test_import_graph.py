@@ -17,12 +17,8 @@ LAYERS: list[set[str]] = [
     {"dispatch", "facts", "model", "metrics"},
     {"engine", "ops", "inputs", "incidents"},
     {"prompts", "probe", "kafka"},               # prompts own the sampling policy, so they sit above the engine
-    {"preprocess", "long_inputs", "summary_assembly"},  # summary_assembly: a record's progress -> Summary
-    {"long_records", "in_order", "result_collector"},  # a long record's pieces and merges; offline in-order
-                                                       # results; finished sequences -> results
-    {"summarizer"},
-    {"runtime"},                                 # settings -> a running Summarizer
-    {"commands"},                                # every `telesum` command
+    {"summarizer", "samples"},                   # records in, summaries out; seeded telemetry with known facts
+    {"commands"},                                # every `telesum` command and the runtime they start from
     {"benchmarks", "cli"},                       # `telesum bench`, the entry point
 ]
 LAYER = {unit: n for n, units in enumerate(LAYERS) for unit in units}

@@ -8,7 +8,7 @@ import pytest
 
 from worker.dispatch import SequenceTooLong
 from worker.engine.errors import ContextTooLong, EngineClosed, OutOfMemory
-from worker.long_inputs import RecordTooLong
+from worker.summarizer.pieces import RecordTooLong
 from worker.messages import InvalidRecord, ReasonCode, failure_reason
 
 

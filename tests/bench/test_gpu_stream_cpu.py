@@ -40,11 +40,11 @@ def test_startup_breakdown_places_each_phase_and_the_wait_for_the_first_summary(
 
     bench = _load_bench()
     t0 = datetime.datetime(2026, 12, 1, 16, 41, 20, 0).timestamp()
-    lines = ["2026-12-01 16:41:21,000 INFO worker.runtime: start-up: tokenizer loaded in 0.5 s\n",
+    lines = ["2026-12-01 16:41:21,000 INFO worker.commands.runtime: start-up: tokenizer loaded in 0.5 s\n",
              "2026-12-01 16:41:22,000 INFO worker.model.loader: loaded smollm2-shape (llama) on cuda in 0.8 s\n",
-             "2026-12-01 16:41:22,100 INFO worker.runtime: start-up: model loaded in 1.0 s\n",
+             "2026-12-01 16:41:22,100 INFO worker.commands.runtime: start-up: model loaded in 1.0 s\n",
              "noise without a timestamp\n",
-             "2026-12-01 16:41:25,100 INFO worker.summarizer: start-up: first engine step in 2.0 s\n"]
+             "2026-12-01 16:41:25,100 INFO worker.summarizer.summarizer: start-up: first engine step in 2.0 s\n"]
     b = bench.startup_breakdown(lines, t0, first_summary_s=7.5)
     assert [p["phase"] for p in b["phases"]] == ["tokenizer loaded", "model loaded", "first engine step"]
     assert [p["ends_at_s"] for p in b["phases"]] == [1.0, 2.1, 5.1]

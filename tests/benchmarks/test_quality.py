@@ -21,7 +21,7 @@ from worker.benchmarks.quality import (
 from worker.cli import main
 from worker.messages import Facts, TelemetryRecord
 from worker.prompts import copied_example_value, render_body
-from worker.commands.samples import generate
+from worker.samples import generate
 
 
 @pytest.mark.parametrize("summary", [
@@ -187,7 +187,7 @@ def test_whole_real_log_goes_hierarchical_facts_name_the_host_and_the_check_tell
     from worker.model import embedded_model_path, load_model
     from worker.settings.budgets import Budgets
     from worker.settings.sections import EngineSettings
-    from worker.summarizer import Summarizer
+    from worker.summarizer.summarizer import Summarizer
 
     try:
         path = embedded_model_path()

@@ -13,7 +13,7 @@ from worker.commands import produce
 from worker.facts.loglines import parse_line
 from worker.facts.ves import REQUIRED_FAULT_FIELDS, REQUIRED_HEADER_FIELDS
 from worker.inputs.envelope import decode_envelope
-from worker.commands.samples import count_words, generate
+from worker.samples import count_words, generate
 
 SAMPLE = Path(__file__).resolve().parents[2] / "bench" / "samples" / "telemetry.jsonl"
 
@@ -184,7 +184,7 @@ def test_committed_sample_matches_its_generator_command():
 
 
 def test_generate_real_profile_covers_every_shape_with_ugly_extras():
-    from worker.commands.samples import logs_real, ves_real
+    from worker.samples import logs_real, ves_real
 
     items = generate(120, "real", 2)
     shapes = {r.attributes["format"] for r, _ in items}

@@ -37,8 +37,8 @@ def test_bad_setting_exits_2_before_any_model_loads(command):
 
 
 def test_start_summarizer_spawns_the_preprocessing_pool_before_the_model_load(tmp_path, monkeypatch):
-    import worker.preprocess
-    import worker.runtime
+    import worker.summarizer.preprocess
+    import worker.commands.runtime
     from worker.commands.startup import start_summarizer
     from worker.settings.load import load_settings
 
@@ -47,9 +47,9 @@ def test_start_summarizer_spawns_the_preprocessing_pool_before_the_model_load(tm
     tiny_tokenizer().save_pretrained(tmp_path / "tok")
     settings = load_settings(env={"TELESUM_MODEL": "tiny", "TELESUM_TOKENIZER": str(tmp_path / "tok"),
                                   "TELESUM_DEVICE": "cpu", "TELESUM_MAX_NEW_TOKENS": "4"})
-    monkeypatch.setattr(worker.preprocess, "default_workers", lambda device_type: 1)
+    monkeypatch.setattr(worker.summarizer.preprocess, "default_workers", lambda device_type: 1)
     events, pools = [], []
-    start_pool, load = worker.runtime.start_preprocessor, worker.runtime._load_model
+    start_pool, load = worker.commands.runtime.start_preprocessor, worker.commands.runtime._load_model
 
     def pool(*args):
         events.append("pool")
@@ -61,8 +61,8 @@ def test_start_summarizer_spawns_the_preprocessing_pool_before_the_model_load(tm
         events.append("model")
         return loaded
 
-    monkeypatch.setattr(worker.runtime, "start_preprocessor", pool)
-    monkeypatch.setattr(worker.runtime, "_load_model", model)
+    monkeypatch.setattr(worker.commands.runtime, "start_preprocessor", pool)
+    monkeypatch.setattr(worker.commands.runtime, "_load_model", model)
     started = start_summarizer(settings, "summarize")
     try:
         assert events == ["pool", "model"]  # the pool's processes start while the model loads

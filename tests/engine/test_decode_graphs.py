@@ -7,10 +7,10 @@ import torch
 
 from worker.engine.decode_graphs import DecodeGraphs
 from worker.model.kv_cache import KVCache
-from worker.preprocess import Preprocessor
+from worker.summarizer.preprocess import Preprocessor
 from worker.settings.budgets import Budgets
 from worker.settings.sections import EngineSettings
-from worker.summarizer import Summarizer
+from worker.summarizer.summarizer import Summarizer
 
 from tests.engine.conftest import FakeDispatcher
 from tests.engine.tiny_tokenizer import tiny_tokenizer

@@ -21,7 +21,7 @@ from worker.facts.groups import group_messages
 from worker.facts.levels import message_severity
 from worker.facts.loglines import parse_line
 from worker.messages import TelemetryRecord
-from worker.commands.samples import generate, iter_generate
+from worker.samples import generate, iter_generate
 
 VES_FAULT = {"event": {
     "commonEventHeader": {

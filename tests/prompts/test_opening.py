@@ -100,7 +100,7 @@ def test_with_opening_keeps_the_continuations_own_spacing():
 
 
 def test_tokenize_messages_renders_the_opening_after_the_generation_prompt_unclosed():
-    from worker.preprocess import HeadTokenizer, tokenize_messages
+    from worker.summarizer.preprocess import HeadTokenizer, tokenize_messages
     from tests.engine.tiny_tokenizer import tiny_tokenizer
 
     tok = tiny_tokenizer()
@@ -146,7 +146,7 @@ def test_smollm2_quiet_records_of_every_kind_copy_no_worked_example():
     from worker.prompts import copied_example_value
     from worker.settings.budgets import Budgets
     from worker.settings.sections import EngineSettings
-    from worker.summarizer import Summarizer
+    from worker.summarizer.summarizer import Summarizer
 
     try:
         path = embedded_model_path()

@@ -124,7 +124,7 @@ def test_build_messages_pm_gets_fault_and_quiet_examples_others_one():
 
 
 def test_build_messages_examples_share_no_problem_with_generated_telemetry():
-    from worker.commands.samples import generate
+    from worker.samples import generate
 
     answers = {build_messages(_record("x", kind=k), FACTS)[2]["content"].lower() for k in ("syslog", "trace", "pm")}
     answers.add(build_messages(_record({"event": {}}, kind="ves"), FACTS)[2]["content"].lower())

@@ -8,7 +8,7 @@ import pytest
 
 from worker.benchmarks.quality import corpus, record_set
 from worker.facts import extract_facts
-from worker.commands.samples import formats_real, generate
+from worker.samples import formats_real, generate
 
 
 def test_real_formats_profile_covers_every_shape_and_is_seeded():

@@ -98,10 +98,10 @@ def test_defaults_once_known_exceptions_still_exist():
 
 
 def test_defaults_once_catches_a_restated_default(tmp_path):
-    (tmp_path / "m.py").write_text("def f(latency_cap_s: float = 0.05, top_p=1.0, n=getattr(s, 'max_seqs_per_bin', 64)):"
-                                   "\n    pass\n")
+    (tmp_path / "m.py").write_text("def f(latency_cap_s: float = 0.05, top_p=1.0,\n"
+                                   "      n=getattr(s, 'max_seqs_per_bin', 64)):\n    pass\n")
     wrong = _second_homes(tmp_path, [tmp_path / "m.py"])
-    assert [w.split(" (")[0] for w in wrong] == ["m.py:1 latency_cap_s = 0.05", "m.py:1 max_seqs_per_bin = 64"]
+    assert [w.split(" (")[0] for w in wrong] == ["m.py:1 latency_cap_s = 0.05", "m.py:2 max_seqs_per_bin = 64"]
 
 
 @pytest.mark.parametrize("name", ["rate_tau_s", "idle_fraction", "fixed_max_seqs", "fixed_max_wait_s"])

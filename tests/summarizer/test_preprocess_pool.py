@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import time
 
-from worker import preprocess
-from worker.preprocess import Preprocessor
+from worker.summarizer import preprocess
+from worker.summarizer.preprocess import Preprocessor
 
 GATE_WAIT_S = 10
 

@@ -8,18 +8,18 @@ import pytest
 import torch
 
 from worker.engine.errors import ArenaTooSmall, ContextTooLong, EngineClosed
-from worker.long_inputs import RecordTooLong, merge_prompt, plan_chunk_prompts, plan_merge
+from worker.summarizer.pieces import RecordTooLong, merge_prompt, plan_chunk_prompts, plan_merge
 from worker.facts import extract_facts
 from worker.messages import Summary, TelemetryRecord
 from worker.model.attention import SdpaBackend
 from worker.model.config import ModelConfig
 from worker.model.llama import LlamaModel
-from worker.long_records import MAX_PIECES_IN_FLIGHT
-from worker.preprocess import Preprocessor
+from worker.summarizer.long_records import MAX_PIECES_IN_FLIGHT
+from worker.summarizer.preprocess import Preprocessor
 from worker.prompts import answer_opening, build_messages, with_opening
 from worker.settings.budgets import Budgets
 from worker.settings.sections import EngineSettings
-from worker.summarizer import Summarizer
+from worker.summarizer.summarizer import Summarizer
 
 from tests.engine.conftest import FakeDispatcher
 from tests.engine.helpers import generate
@@ -178,16 +178,16 @@ def test_summarizer_preprocessing_pool_gives_the_same_summaries(loaded):
 
 
 def test_summarizer_record_failing_preparation_comes_back_as_its_error(loaded, monkeypatch):
-    import worker.preprocess
+    import worker.summarizer.preprocess
 
-    real = worker.preprocess.prepare
+    real = worker.summarizer.preprocess.prepare
 
     def prepare(record, *args):
         if record.id == "r1":
             raise ValueError("cannot render r1")
         return real(record, *args)
 
-    monkeypatch.setattr(worker.preprocess, "prepare", prepare)
+    monkeypatch.setattr(worker.summarizer.preprocess, "prepare", prepare)
     s = _summarizer(loaded)
     try:
         results = dict((r.id, x) for r, x in s.results_in_order([_record(i) for i in range(3)]))
@@ -225,8 +225,8 @@ def test_summarizer_prefix_cache_same_summaries_and_serves_shared_heads(loaded):
 
 
 def test_head_tokenizer_concatenation_equals_tokenising_the_whole_prompt(loaded):
-    from worker.preprocess import HeadTokenizer, tokenize_messages
-    from worker.commands.samples import generate
+    from worker.summarizer.preprocess import HeadTokenizer, tokenize_messages
+    from worker.samples import generate
 
     heads = HeadTokenizer(loaded.tokenizer)
     records = [r for r, _ in generate(24, "short", seed=3)] + [_record(i) for i in range(3)]
@@ -350,7 +350,7 @@ def test_summarizer_far_beyond_context_plans_off_the_callers_thread(loaded):
 
 
 def test_summarizer_prefix_cache_region_follows_the_setting_and_never_takes_slab_rows(loaded):
-    from worker.runtime import build_summarizer
+    from worker.commands.runtime import build_summarizer
     from worker.settings.load import load_settings
 
     engine = load_settings(env={"TELESUM_PREFIX_CACHE_TOKENS": "1000"}).settings.engine

@@ -55,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def large_values(n: int, size: int, seed: int) -> list[bytes]:
     """`n` envelope records of about `size` bytes each: whole log files (the `real-long` profile)
     cut or repeated to size at a line boundary."""
-    from worker.commands.samples import iter_generate
+    from worker.samples import iter_generate
 
     values = []
     for i, (record, _facts) in enumerate(iter_generate(n, "real-long", seed)):

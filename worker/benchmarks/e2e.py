@@ -23,7 +23,7 @@ import msgspec
 from worker.benchmarks.e2e_report import build_result, draw_chart, format_table
 from worker.benchmarks.e2e_stages import StageTimer, instrument
 from worker.benchmarks.local_broker import KAFKA_SH, kafka_sh
-from worker.commands.samples import PROFILES, iter_generate
+from worker.samples import PROFILES, iter_generate
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ def measure(args: argparse.Namespace, bootstrap: str) -> dict:
 
     from worker.kafka.loop import KafkaWorker
     from worker.commands.produce import make_producer
-    from worker.runtime import budgets_for, build_summarizer, load_model
+    from worker.commands.runtime import budgets_for, build_summarizer, load_model
     from worker.settings.load import from_values
 
     records = [r for r, _ in iter_generate(args.records, args.profile, args.seed)]

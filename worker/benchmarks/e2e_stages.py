@@ -108,7 +108,7 @@ class TimedTokenizer:
 def instrument(timer: StageTimer, summarizer, worker) -> None:
     """Time the stages of one in-process worker and its summarizer (call before `worker.run`)."""
     import worker.kafka.publish as publish_mod
-    import worker.preprocess as preprocess_mod
+    import worker.summarizer.preprocess as preprocess_mod
     from worker.engine.sampling import SamplingBatch
 
     # Kafka loop thread: the intake's decoder, and the names the publish module imported.

@@ -65,7 +65,7 @@ def log_lines(count: int, seed: int = 0) -> list[tuple[bytes, bytes]]:
 
 def inputs(plan: Plan, with_huge: bool) -> list[tuple[bytes, list, bytes]]:
     """(value, headers, key) of every input, in the order they are produced."""
-    from worker.commands.samples import iter_generate
+    from worker.samples import iter_generate
 
     if plan.stream == "log-lines":
         realistic = [(line, [], key) for line, key in log_lines(plan.records, plan.seed)]

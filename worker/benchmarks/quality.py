@@ -1,6 +1,6 @@
 """`telesum bench quality`: do the summaries name the element, the problem and the severity?
 
-Records with known facts come from `worker.commands.samples` (seeded): `--n` in all, most from the
+Records with known facts come from `worker.samples` (seeded): `--n` in all, most from the
 `short` profile, `--mixed` of them from `mixed` (half of those ~2,000-word records), `--real`
 from `real` (host logs in every syslog shape, field-style VES and PM bodies, ugly ones included;
 group `set=real`) and `--grounding` from `worker.benchmarks.quality_cases` (sshd windows of failed
@@ -182,7 +182,7 @@ def corpus(n: int, mixed: int, seed: int, real: int = 0, grounding: int = 0,
     `mixed` from `mixed`, then `real` from `real`, `formats` from `real-formats` (network gear, app logs,
     28.532 PM, VES alarm names), then `grounding` from `quality_cases`."""
     from worker.benchmarks import quality_cases
-    from worker.commands.samples import generate
+    from worker.samples import generate
 
     if min(mixed, real, grounding, formats, network) < 0 or mixed + real + grounding + formats + network > n:
         raise ValueError(f"--mixed ({mixed}), --real ({real}), --formats ({formats}), --grounding ({grounding}) and "
@@ -244,7 +244,7 @@ def summarise(records: list[TelemetryRecord], model: str | None, device: str, ma
     from worker.model import embedded_model_path, load_model
     from worker.settings.budgets import Budgets, device_defaults
     from worker.settings.sections import EngineSettings
-    from worker.summarizer import Summarizer
+    from worker.summarizer.summarizer import Summarizer
 
     dev = torch.device(device)
     defaults = device_defaults(dev.type)  # what both commands use on this device

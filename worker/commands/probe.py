@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from worker.probe import ProbeError, probe_budgets
-    from worker.runtime import load_model
+    from worker.commands.runtime import load_model
 
     try:
         loaded_settings = read_settings(args, SECTIONS)

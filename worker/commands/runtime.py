@@ -71,7 +71,7 @@ def start_preprocessor(tokenizer, engine: EngineSettings):
     load their tokenizer copies while the model loads and the Summarizer warms up."""
     import time
 
-    from worker.preprocess import Preprocessor, default_workers
+    from worker.summarizer.preprocess import Preprocessor, default_workers
 
     started = time.perf_counter()
     pool = Preprocessor(tokenizer, default_workers(resolve_device(engine.device).type))
@@ -188,7 +188,7 @@ def log_bin(token_budget: int) -> Callable[[Any], None]:
 def build_summarizer(engine: EngineSettings, budgets: Budgets, loaded, dispatcher=None, preprocessor=None):
     """The Summarizer both commands run, with the budgets in force and the engine's sampling.
     With debug logging on, its dispatcher logs one line per bin. preprocessor: see start_preprocessor."""
-    from worker.summarizer import Summarizer
+    from worker.summarizer.summarizer import Summarizer
 
     if dispatcher is None and bin_log.isEnabledFor(logging.DEBUG):
         from worker.dispatch import BinDispatcher

@@ -54,14 +54,15 @@ def read_settings(args: argparse.Namespace, sections: tuple[str, ...] | None = N
 class Started:
     model: Any          # worker.model.LoadedModel
     budgets: Budgets
-    summarizer: Any     # worker.summarizer.Summarizer, built, not started
+    summarizer: Any     # worker.summarizer.summarizer.Summarizer, built, not started
 
 
 def start_summarizer(loaded_settings: LoadedSettings, command: str, **banner_fields: Any) -> Started:
     """The tokenizer the `[engine]` settings name, then the preprocessing pool (its processes import
     and load their tokenizer copies while this process loads the model, finds its budgets and warms
     up), the model, its budgets and the Summarizer, then the banner."""
-    from worker.runtime import banner, budgets_for, build_summarizer, load_model, load_tokenizer, start_preprocessor
+    from worker.commands.runtime import (banner, budgets_for, build_summarizer, load_model, load_tokenizer,
+                                         start_preprocessor)
 
     engine = loaded_settings.settings.engine
     try:

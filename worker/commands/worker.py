@@ -121,7 +121,7 @@ def _serve_incidents_only(incidents, ops, stop: threading.Event) -> int:
 
 def _device_label(engine) -> str:
     """The `gpu` label before the model is loaded (CUDA_VISIBLE_DEVICES decides it for a GPU)."""
-    from worker.runtime import resolve_device
+    from worker.commands.runtime import resolve_device
 
     return gpu_label(resolve_device(engine.device))
 

@@ -9,21 +9,22 @@ import random
 from collections.abc import Iterator
 
 from worker.messages import Facts, TelemetryRecord
-from worker.commands.samples import logs_real, pm, syslog, trace, ves, ves_real
-from worker.commands.samples.common import count_words
-from worker.commands.samples.profiles import KINDS, PROFILES, pick, word_range
+from worker.samples import logs_real, pm, syslog, trace, ves, ves_real
+from worker.samples.common import count_words
+from worker.samples.profiles import KINDS, PROFILES, pick, word_range
 
-__all__ = ["KINDS", "PROFILES", "REAL_PROFILES", "count_words", "generate", "iter_generate", "word_range"]
+__all__ = ["KINDS", "PROFILES", "REAL_PROFILES", "STORM_PROFILES", "count_words", "generate", "iter_generate",
+           "word_range"]
 
 # Real-shaped profiles: host logs in every syslog shape and field-style VES/PM bodies (`real`,
 # 5-300 lines or events), whole log files of 2,000-50,000 lines (`real-long`), or network gear,
 # application logs, TS 28.532 PM files and VES alarms named outside specificProblem (`real-formats`).
 REAL_PROFILES = ("real", "real-long", "real-formats")
 
-_MAKERS = {"ves": ves.make, "syslog": syslog.make, "pm": pm.make, "trace": trace.make}
 # An alarm storm with a known root cause, for the incidents (`storm.py`); its records are keyed by site.
 STORM_PROFILES = ("storm",)
 
+_MAKERS = {"ves": ves.make, "syslog": syslog.make, "pm": pm.make, "trace": trace.make}
 
 
 def iter_generate(n: int | None, profile: str = "mixed", seed: int = 0,
@@ -33,12 +34,12 @@ def iter_generate(n: int | None, profile: str = "mixed", seed: int = 0,
     if profile in REAL_PROFILES:
         yield from _iter_real(n, profile, seed)
         return
-    if profile not in PROFILES:
     if profile in STORM_PROFILES:
         from worker.samples.storm import storm_records
 
         yield from storm_records(n, seed)
         return
+    if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES + REAL_PROFILES)}")
     unknown = [k for k in kinds if k not in _MAKERS]
     if unknown or not kinds:

@@ -14,7 +14,7 @@ import random
 from datetime import datetime, timedelta, timezone
 
 from worker.messages import Facts, TelemetryRecord
-from worker.commands.samples.common import iso_s
+from worker.samples.common import iso_s
 
 SHAPES = ("bsd", "rfc3164", "rfc5424", "iso", "archive", "collector", "ras")
 HOSTS = ("bastion-2", "core-gw-7", "ns1.example.net", "edge-rtr-03", "mail-relay", "db-replica-4",

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from worker.facts.pm import RATIOS
 from worker.messages import Facts, TelemetryRecord
-from worker.commands.samples.common import gnb, record_start, site_of, truth
+from worker.samples.common import gnb, record_start, site_of, truth
 
 NS = "http://www.3gpp.org/ftp/specs/archive/32_series/32.435#measCollec"
 # measInfoId -> (attempts counter, successes counter, extra counters)

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from worker.facts.syslog import PRI_SEVERITY
 from worker.messages import Facts, TelemetryRecord
-from worker.commands.samples.common import gnb, iso_ms, record_start, site_of, truth
+from worker.samples.common import gnb, iso_ms, record_start, site_of, truth
 
 # (app, msgid, syslog severity 0..7, message template, problem keywords)
 FAULTS = (

@@ -6,7 +6,7 @@ import random
 from datetime import timedelta
 
 from worker.messages import Facts, TelemetryRecord
-from worker.commands.samples.common import gnb, iso_ms, record_start, site_of, truth
+from worker.samples.common import gnb, iso_ms, record_start, site_of, truth
 
 
 def _handover_ok(a, b, amf, ue):

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from worker.facts.ves import CPU_MAJOR, CPU_MINOR, VES_SEVERITY
 from worker.messages import Facts, TelemetryRecord
-from worker.commands.samples.common import gnb, iso_ms, record_start, site_of, truth
+from worker.samples.common import gnb, iso_ms, record_start, site_of, truth
 
 # (alarmCondition, specificProblem, eventSourceType, eventSeverity, priority, problem keywords)
 FAULTS = (

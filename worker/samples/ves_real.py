@@ -11,8 +11,8 @@ import random
 from datetime import datetime, timedelta, timezone
 
 from worker.messages import Facts, TelemetryRecord
-from worker.commands.samples.common import iso_s
-from worker.commands.samples.logs_real import INJECTIONS
+from worker.samples.common import iso_s
+from worker.samples.logs_real import INJECTIONS
 
 SHAPES = ("batch", "stnd", "notification", "pnf", "heartbeat_ms", "tca", "unknown", "pm_multi")
 ELEMENTS = ("O-DU-1123", "ru-sector-b-07", "pnf-smallcell-31", "vnf-upf-2", "SharedNode-7", "nodeb-lyon-04",

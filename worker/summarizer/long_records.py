@@ -18,7 +18,7 @@ from typing import Any
 from worker.dispatch import Backpressure
 from worker.engine.errors import ContextTooLong
 from worker.facts import extract_facts
-from worker.long_inputs import RecordTooLong, body_for_pieces, plan_chunk_prompts, plan_merge, select_within_cap
+from worker.summarizer.pieces import RecordTooLong, body_for_pieces, plan_chunk_prompts, plan_merge, select_within_cap
 
 # Pieces of one long record in the engine at once: enough to keep a bin busy beside other work,
 # few enough that a long record never fills the dispatcher's queue ahead of newer records.

@@ -17,7 +17,7 @@ from typing import Any
 
 from worker.engine.sequence import Sequence, SequenceStatus
 from worker.messages import Summary
-from worker.summary_assembly import RecordRequest, assemble_summary, finished_text
+from worker.summarizer.summary_assembly import RecordRequest, assemble_summary, finished_text
 
 
 class ResultCollector:

@@ -2,7 +2,7 @@
 
 The caller's thread renders the prompt and tokenises it; the GPU loop (an `Engine`) prefills and
 decodes; `poll` turns finished sequences into `Summary`s (or the exception that stopped them).
-A record whose prompt exceeds the model's context is summarised hierarchically (`long_inputs`):
+A record whose prompt exceeds the model's context is summarised hierarchically (`pieces`, `long_records`):
 its pieces first, a few at a time so other records' sequences interleave with them, then a tree of
 merges of their summaries. A record over the per-record work cap is summarised from a stated
 selection, or refused with RecordTooLong, as the operator chose.
@@ -25,17 +25,17 @@ from worker.engine.prefix_reuse import PrefixReuse
 from worker.engine.runner import ModelRunner
 from worker.engine.sizing import arena_rows
 from worker.engine.warmup import capture_decode_graphs, run_first_step
-from worker.in_order import results_in_order, summarize_all
-from worker.long_records import WAKE, LongRecords, MergeDue
+from worker.summarizer.in_order import results_in_order, summarize_all
+from worker.summarizer.long_records import WAKE, LongRecords, MergeDue
 from worker.messages import Facts, Summary, TelemetryRecord
 from worker.ops.logs import log_startup_phase
-from worker.preprocess import Prepared, Preprocessor, default_workers, tokenize_messages
+from worker.summarizer.preprocess import Prepared, Preprocessor, default_workers, tokenize_messages
 from worker.prompts import approx_tokens
 from worker.prompts.sampling import default_sampling
-from worker.result_collector import ResultCollector
+from worker.summarizer.result_collector import ResultCollector
 from worker.settings.budgets import Budgets
 from worker.settings.sections import EngineSettings
-from worker.summary_assembly import RecordRequest
+from worker.summarizer.summary_assembly import RecordRequest
 
 log = logging.getLogger(__name__)
 
@@ -268,12 +268,12 @@ class Summarizer:
 
     # -- offline helpers --------------------------------------------------------------------
     def summarize_all(self, records: Iterable[TelemetryRecord]) -> Iterator[Summary]:
-        """Summaries in input order (see worker.in_order)."""
+        """Summaries in input order (see worker.summarizer.in_order)."""
         return summarize_all(self, records)
 
     def results_in_order(self, records: Iterable[TelemetryRecord], *, max_in_flight: int | None = None,
                          ) -> Iterator[tuple[TelemetryRecord, Summary | Exception]]:
-        """(record, result) in input order (see worker.in_order)."""
+        """(record, result) in input order (see worker.summarizer.in_order)."""
         return results_in_order(self, records, max_in_flight=max_in_flight)
 
     # -- results ----------------------------------------------------------------------------
