@@ -457,3 +457,9 @@ def test_ves_measurement_without_cpu_or_memory_claims_no_check():
     fields = {"measurementInterval": 60, "nicPerformanceArray": [{"nicIdentifier": "eth0", "receivedOctetsDelta": 9}]}
     f = _facts("ves", {"event": {"commonEventHeader": header, "measurementFields": fields}})
     assert f.problem == "routine measurement report (nicPerformanceArray), no CPU or memory usage in it to check"
+
+
+def test_stnd_example_attribute_pairs_are_filler_and_left_out():
+    f = _stnd({"notificationType": "notifyMOICreation", "href": "href1",
+               "attributeList": {"attribute1": "value1", "attribute2": "value2", "nRPCI": 17}})
+    assert f.problem == "MOI created (the notification names no object) with nRPCI 17"

@@ -56,7 +56,8 @@ FILLER_WORDS = frozenset((
     "desc", "example", "sample", "test", "testing", "placeholder", "dummy", "here", "some", "any", "xyz", "abc",
     "foo", "bar", "baz", "tbd", "todo", "na", "none", "null", "nil", "unknown", "undefined", "default", "lorem",
     "ipsum", "dolor", "specific", "problem", "alarm", "href", "uri", "dn", "name", "data", "field", "notification",
-    "of", "the", "a", "an", "for", "to", "be", "filled", "in", "goes", "your", "my", "xxx", "yyy", "zzz"))
+    "of", "the", "a", "an", "for", "to", "be", "filled", "in", "goes", "your", "my", "xxx", "yyy", "zzz",
+    "attribute", "attributes", "attr", "param", "parameter", "key", "val"))
 
 
 def is_placeholder(value, key: str = "") -> bool:

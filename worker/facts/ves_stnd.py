@@ -92,7 +92,13 @@ def _below_element(dn: str | None) -> str | None:
 
 
 def _attribute_pairs(attributes) -> list[tuple[str, object]]:
-    """(name, value) pairs of an attribute list: an object, or `[{"name": .., "value": ..}]`."""
+    """(name, value) pairs of an attribute list: an object, or `[{"name": .., "value": ..}]`; an
+    example's filler pair (`attribute1: value1`) left out."""
+    return [(k, v) for k, v in _all_pairs(attributes)
+            if not (is_placeholder(k) and (isinstance(v, (dict, list)) or is_placeholder(v, k)))]
+
+
+def _all_pairs(attributes) -> list[tuple[str, object]]:
     if isinstance(attributes, dict):
         return [(str(k), v) for k, v in attributes.items()]
     if isinstance(attributes, list):
