@@ -463,3 +463,16 @@ def test_stnd_example_attribute_pairs_are_filler_and_left_out():
     f = _stnd({"notificationType": "notifyMOICreation", "href": "href1",
                "attributeList": {"attribute1": "value1", "attribute2": "value2", "nRPCI": 17}})
     assert f.problem == "MOI created (the notification names no object) with nRPCI 17"
+
+
+def test_a_loss_of_service_read_from_words_keeps_the_lines_own_level():
+    line = "2026-11-14 10:12:01,123 WARN [ipc] org.acme.Client: connect to 10.0.0.9 failed: No route to host"
+    assert _facts("text", line).severity == "warning"
+
+
+def test_ios_xr_codes_with_a_subfacility_name_the_session():
+    from worker.facts.impact import coded
+
+    assert coded("%L2-BFD-6-SESSION_STATE_DOWN", "BFD session to neighbor 192.0.2.2 has gone down")
+    assert coded("%ROUTING-ISIS-4-ADJCHANGE", "Adjacency to rtr-2 (Gi0/0/0/1) (L2) Down, Neighbor forgot us")
+    assert not coded("sshd", "Connection closed by 192.0.2.4 port 52211 [preauth]")

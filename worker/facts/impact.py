@@ -8,7 +8,7 @@ by BPDU guard is level 2 (`%STP-2-BLOCK_BPDUGUARD`) and a rejected configuration
 - **loss of service** (`SERVICE`): a BGP / OSPF / IS-IS / EIGRP / LDP / BFD session or adjacency going
   down (a BGP NOTIFICATION sent or received closes the session),
   an interface or link going down (not administratively), a destination unreachable, a reboot,
-  reload or crash. Such a problem counts as at least `major`.
+  reload or crash. Such a problem counts as at least `major` when a vendor's code names it (`coded`).
 - **hygiene** (`HYGIENE`): BPDU guard and BPDU protection, storm control, configuration commits and
   configuration errors, recorded CLI commands. Such a problem counts as at most `warning` when
   problems are ranked (its own severity is kept in the facts).
@@ -33,13 +33,14 @@ _HYGIENE_CODES = re.compile(
     r"CONFIG_COMMIT|COMMIT_FAIL")
 # A session or adjacency that these codes name has gone down, whatever the words say.
 _SESSION_DOWN_CODES = re.compile(
-    r"%(?:ROUTING-)?BGP-\d-NOTIFICATION|\bBGP_IO_ERROR\w*|\bbgp_hold_timeout\b|\bRPD_\w*(?:NBRDOWN|ADJDOWN|"
+    r"%(?:[A-Z0-9_]+-)?BGP-\d-NOTIFICATION|\bBGP_IO_ERROR\w*|\bbgp_hold_timeout\b|\bRPD_\w*(?:NBRDOWN|ADJDOWN|"
     r"SESSIONDOWN|PEER_DOWN)\b|hwBgpPeerBackwardTransition|OSPF_ADJACENCY_TEARDOWN|NBR_DOWN\w*|\w*ADJ_?DOWN\b|"
-    r"SESSION_?DOWN", re.IGNORECASE)
+    r"SESSION_?(?:STATE_)?DOWN", re.IGNORECASE)
 # Codes of a session's state changes, both ways: the words decide.
 _SESSION_CODES = re.compile(
-    r"%(?:ROUTING-)?BGP-\d-ADJCHANGE|%OSPF(?:V3)?-\d-(?:ADJCHG|ADJCHANGE|NBRSTATE)|%CLNS-\d-ADJCHANGE|"
-    r"%ISIS-\d-\w*ADJ\w*|%LDP-\d-\w*|%BFD-\d-\w*|\bBGP_PEER_STATE_CHANGED\b|\bRPD_(?:BGP|OSPF|ISIS|LDP)_\w+|"
+    r"%(?:[A-Z0-9_]+-)?(?:BGP-\d-ADJCHANGE|OSPF(?:V3)?-\d-(?:ADJCHG|ADJCHANGE|NBRSTATE)|CLNS-\d-ADJCHANGE|"
+    r"ISIS-\d-\w*ADJ\w*|LDP-\d-\w*|BFD-\d-\w*|DUAL-\d-NBRCHANGE)|\bBGP_PEER_STATE_CHANGED\b|"
+    r"\bRPD_(?:BGP|OSPF|ISIS|LDP)_\w+|"
     r"BGP/\d/\w+|OSPFV?3?/\d/\w+|ISIS/\d/\w+|LDP/\d/\w+|BFD/\d/\w+", re.IGNORECASE)
 _LINK_CODES = re.compile(
     r"%(?:PKT_INFRA-)?LINK-\d-UPDOWN|%LINEPROTO-\d-UPDOWN|%ETHPORT-\d-IF_DOWN\w*|%ETH_PORT\w*|"
@@ -82,6 +83,14 @@ def _going_down(text: str, words: re.Pattern) -> bool:
         if state in _UP_STATES:
             return False
     return words.search(text) is not None
+
+
+def coded(app: str | None, text: str) -> bool:
+    """True when a vendor's code (not only the words) names the session, link or restart: such a loss
+    of service counts as at least major; one read from words (an application's `No route to host` at
+    its own WARN level) only ranks first among equals."""
+    both = f"{app or ''} {text}"
+    return any(p.search(both) for p in (_SESSION_DOWN_CODES, _SESSION_CODES, _LINK_CODES, _RESTART_CODES))
 
 
 def classify(app: str | None, text: str) -> int:

@@ -4,11 +4,13 @@ The lines are grouped into templates (`groups`); the problem is the dominant tem
 count weighted by severity (each step of the scale weighs ten times the next: one `critical` line
 outranks 9 `major` ones, 38 failed logins outrank one `error`), written with their counts. The
 severity is the worst seen. What a message costs the network weighs in (`impact`): a loss of
-service counts as at least major and leads among equals, a hygiene event ranks as at most warning.
+service leads among equals (at least major when a vendor's code names it), a hygiene event ranks as
+at most warning.
 When two or more senders have problems of their own, the problem names each (up to
 `MAX_SENDERS_NAMED`) with its count. The element is the sender of the leading problem, else the one
-with the worst severity, then the most lines (lines addressing the model do not count); a window whose lines name no sender
-(application logs) takes the service its log file is named for, else none (the record's attributes).
+with the worst severity, then the most lines (lines addressing the model do not count); a window
+whose lines name no sender (application logs) takes the service its log file is named for, else none
+(the record's attributes).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from datetime import datetime
 
 from worker.facts.common import SEVERITY_RANK, SEVERITY_WEIGHT as WEIGHT, aimed_at_model, clip, iso_utc
 from worker.facts.groups import Group, group_messages
-from worker.facts.impact import HYGIENE, SERVICE, classify
+from worker.facts.impact import HYGIENE, SERVICE, classify, coded
 from worker.facts.levels import PRI_SEVERITY
 from worker.facts.loglines import LogLine, parse_line
 from worker.messages import Facts, ProblemGroup
@@ -74,11 +76,14 @@ def _ranked(groups: list[Group], impacts: dict[int, int]) -> list[Group]:
 
 
 def _with_impact(groups: list[Group]) -> dict[int, int]:
-    """Each group's impact class (`impact.classify`); a loss of service counts as at least major."""
+    """Each group's impact class (`impact.classify`); a loss of service a vendor's code names counts as
+    at least major."""
     impacts = {}
     for group in groups:
-        impacts[id(group)] = classify(group.app, group.text())
-        if impacts[id(group)] == SERVICE and SEVERITY_RANK[group.severity] > SEVERITY_RANK["major"]:
+        text = group.text()
+        impacts[id(group)] = classify(group.app, text)
+        if impacts[id(group)] == SERVICE and SEVERITY_RANK[group.severity] > SEVERITY_RANK["major"] \
+                and coded(group.app, text):
             group.severity = "major"
     return impacts
 
