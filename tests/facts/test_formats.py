@@ -476,3 +476,11 @@ def test_ios_xr_codes_with_a_subfacility_name_the_session():
     assert coded("%L2-BFD-6-SESSION_STATE_DOWN", "BFD session to neighbor 192.0.2.2 has gone down")
     assert coded("%ROUTING-ISIS-4-ADJCHANGE", "Adjacency to rtr-2 (Gi0/0/0/1) (L2) Down, Neighbor forgot us")
     assert not coded("sshd", "Connection closed by 192.0.2.4 port 52211 [preauth]")
+
+
+def test_stnd_managed_object_from_an_encoded_href_and_a_dn_whose_value_holds_a_slash():
+    encoded = _stnd({"notificationType": "notifyMOIDeletion",
+                     "href": "https://x/ProvMnS/v1/SubNetwork%3DS1/ManagedElement%3Ddu-9/NRCellDU%3D4"})
+    slash = _stnd({"notificationType": "notifyMOIDeletion",
+                   "objectInstance": "SubNetwork=S1,ManagedElement=du-9,EthernetPort=1/0/2"})
+    assert (encoded.problem, slash.problem) == ("MOI NRCellDU=4 deleted", "MOI EthernetPort=1/0/2 deleted")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+from urllib.parse import unquote
 
 from worker.facts.ves_domains import (
     PERCEIVED_SEVERITY,
@@ -67,7 +68,7 @@ def moi_dn(data: dict) -> str | None:
         return instance.strip()
     href = data.get("href")
     if isinstance(href, str):
-        path = href.split("?", 1)[0].split("#", 1)[0]
+        path = unquote(href.split("?", 1)[0].split("#", 1)[0])  # `ManagedElement%3Dme-1` as some encode it
         rdns = [seg for seg in path.split("/") if _RDN.fullmatch(seg)]
         if rdns:
             return ",".join(rdns)
@@ -78,7 +79,7 @@ def last_rdn(dn: str | None) -> str | None:
     """`SubNetwork=1,ManagedElement=du-7,NRCellDU=3` -> `NRCellDU=3`."""
     if not dn:
         return None
-    parts = [p.strip() for p in re.split(r"[,/]", dn) if "=" in p]
+    parts = [p.strip() for p in dn.split("," if "," in dn else "/") if "=" in p]
     return parts[-1] if parts else None
 
 
