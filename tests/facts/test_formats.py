@@ -484,3 +484,10 @@ def test_stnd_managed_object_from_an_encoded_href_and_a_dn_whose_value_holds_a_s
     slash = _stnd({"notificationType": "notifyMOIDeletion",
                    "objectInstance": "SubNetwork=S1,ManagedElement=du-9,EthernetPort=1/0/2"})
     assert (encoded.problem, slash.problem) == ("MOI NRCellDU=4 deleted", "MOI EthernetPort=1/0/2 deleted")
+
+
+def test_stnd_moi_change_replacing_a_resource_names_its_attributes():
+    f = _stnd({"notificationType": "notifyMOIChanges", "moiChanges": [
+        {"path": "/SubNetwork=S1/ManagedElement=du-9/NRCellDU=2", "operation": "REPLACE",
+         "value": {"id": "2", "attributes": {"nRPCI": 18}}, "oldValue": {"id": "2", "attributes": {"nRPCI": 17}}}]})
+    assert f.problem == "MOI changes: NRCellDU=2 nRPCI 17 -> 18"

@@ -186,6 +186,11 @@ def _path_target(path: str) -> tuple[str | None, str | None]:
     return (rdns[-1] if rdns else None), attribute
 
 
+def _attributes_of(value):
+    """An MOI's attributes: the `attributes` member of a resource object, else the value itself."""
+    return value["attributes"] if isinstance(value, dict) and isinstance(value.get("attributes"), dict) else value
+
+
 def _moi_changes(data: dict) -> str:
     default_moi = last_rdn(moi_dn(data))
     phrases = []
@@ -205,9 +210,9 @@ def _moi_changes(data: dict) -> str:
         elif attribute is not None:
             phrases.append(f"{moi} {attribute} " + (f"{_value(old)} -> {_value(value)}" if old is not None
                                                      else f"set to {_value(value)}"))
-        else:  # the whole object's attributes replaced or merged
-            pairs = _attribute_pairs(value)
-            olds = dict(_attribute_pairs(old))
+        else:  # the whole object's attributes replaced or merged (`{"id": .., "attributes": {..}}` or bare)
+            pairs = _attribute_pairs(_attributes_of(value))
+            olds = dict(_attribute_pairs(_attributes_of(old)))
             inner = [f"{k} {_value(olds[k])} -> {_value(v)}" if k in olds else f"{k} set to {_value(v)}"
                      for k, v in pairs]
             phrases.append(f"{moi} " + (", ".join(inner[:MAX_ATTRIBUTES]) if inner else "changed"))
