@@ -41,7 +41,7 @@ def read_events(bootstrap: str, topic: str, until, wait_s: float = 60) -> list[d
 
 def listed(events: list[dict]) -> collections.Counter:
     """How often each input (partition, offset, index) is listed across all events."""
-    return collections.Counter((i["partition"], i["offset"], i.get("index")) for e in events for i in e["inputs"])
+    return collections.Counter((i["partition"], i["offset"], i.get("index")) for e in events for i in e.get("inputs", []))
 
 
 def all_listed(count: int):

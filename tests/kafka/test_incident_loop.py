@@ -14,7 +14,7 @@ import pytest
 
 from tests.kafka.helpers import WorkerProcess, worker_settings
 from tests.kafka.incident_helpers import STORM_RULES, STORM_TOPOLOGY, all_listed, listed, produce_storm, read_events
-from worker.incidents import RoomConfig, load_rules, load_topology
+from worker.incidents import RoomConfig
 from worker.kafka.incident_loop import IncidentLoop, incident_kafka_settings
 from worker.settings.incidents import IncidentSettings
 
@@ -123,3 +123,25 @@ def test_worker_sigkill_incident_only_every_alarm_in_exactly_one_incident(kafka_
         if worker.proc.poll() is None:
             worker.kill()
     assert collections.Counter(e["event"] for e in events)["open"] >= 3
+
+
+def test_worker_incident_topic_set_summaries_go_on_and_incidents_come_beside_them(kafka_bootstrap, topics, tokenizer_dir,
+                                                                                 tmp_path):
+    from tests.kafka.helpers import answer_ids, consume
+
+    inp, out, dlq, incidents = topics(2)
+    records = produce_storm(kafka_bootstrap, inp, 40)
+    worker = WorkerProcess(kafka_bootstrap, inp, out, dlq, f"g-{uuid.uuid4().hex}", tokenizer_dir,
+                           tmp_path / "w.log", **{"worker-id": "w0", "incident-topic": incidents,
+                                                  "incident-topology": STORM_TOPOLOGY, "incident-rules": STORM_RULES,
+                                                  "incident-update-interval-s": UPDATE_S})
+    try:
+        answers = consume(kafka_bootstrap, [out, dlq], lambda g: len(g) >= 40)
+        events = read_events(kafka_bootstrap, incidents, all_listed(40))
+        assert sorted(answer_ids(answers, out)) == sorted(r.id for r in records)  # one summary per alarm, as before
+        assert len(listed(events)) == 40 and set(listed(events).values()) == {1}
+        assert worker.stop() == 0, worker.log()[-3000:]  # SIGTERM drains both loops
+    finally:
+        if worker.proc.poll() is None:
+            worker.kill()
+    assert "incidents: drained (clean)" in worker.log()

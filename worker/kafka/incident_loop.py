@@ -25,18 +25,18 @@ import time
 from collections.abc import Callable
 
 from kafka import TopicPartition
-from kafka.errors import CommitFailedError, InvalidProducerEpochError, KafkaError, ProducerFencedError
+from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
 from worker.incidents import RoomConfig
-from worker.inputs import Message, decoder_for
+from worker.inputs import decoder_for
 from worker.inputs.json_log import parse_field_map
 from worker.kafka.clients import Consumer, Producer
-from worker.kafka.incident_outputs import IncidentStats, Out, alarm_of, dead_letter, event_output
+from worker.kafka.incident_outputs import (IncidentProducer, IncidentStats, Out, commit_transaction, dead_letter,
+                                           event_output, read_message)
 from worker.kafka.incident_outputs import incident_kafka_settings  # noqa: F401 - the loop's settings, re-exported
 from worker.kafka.incident_partition import InputRef, PartitionRoom, Restore
-from worker.kafka.publish import ProducerFenced
-from worker.messages import IncidentEvent, InvalidRecord, TelemetryRecord
+from worker.messages import IncidentEvent
 from worker.settings.incidents import IncidentSettings
 from worker.settings.kafka import KafkaSettings
 
@@ -58,7 +58,7 @@ class IncidentLoop:
         self.settings, self.incidents, self.config = settings, incidents, config
         self.topic = incidents.topic or ""
         self.consumer = consumer or Consumer(settings)
-        self.producer = producer or Producer(settings)
+        self.producer = producer or IncidentProducer(settings)
         self.observer = observer
         self.decode = decoder_for(settings.input_format, parse_field_map(settings.json_log_fields),
                                   settings.max_items_per_message)
@@ -155,21 +155,7 @@ class IncidentLoop:
             self._open_new()
             part = self.parts[tp]
         self.stats.consumed += 1
-        alarms, letters = [], []
-        try:
-            items = self.decode(Message(msg.value or b"", tuple(msg.headers or ()), msg.topic, msg.partition,
-                                        msg.offset, getattr(msg, "timestamp", None)))
-        except Exception as exc:  # noqa: BLE001 - one message never stops the loop
-            items = [InvalidRecord("internal_error", f"{type(exc).__name__} while decoding: {exc}")]
-        batch = len(items) > 1
-        for index, item in enumerate(items):
-            ref = InputRef(msg.topic, msg.partition, msg.offset, index if batch else None)
-            if isinstance(item, TelemetryRecord):
-                alarm = alarm_of(item, ref, getattr(msg, "timestamp", None))
-                if alarm is not None:
-                    alarms.append(alarm)
-            elif self.incidents.only:  # no summarizing loop answers it: its dead letter is ours
-                letters.append((ref, item))
+        alarms, letters = read_message(self.decode, msg, answer_invalid=self.incidents.only)
         self.stats.alarms += len(alarms)
         self._emit(tp, part.feed(msg.offset, alarms, [ref for ref, _ in letters]))
         for ref, item in letters:
@@ -264,24 +250,8 @@ class IncidentLoop:
 
     def _transaction(self, offsets: dict[TopicPartition, tuple[int, str]]) -> None:
         batch = [out for out in self._outbox if out.tp in self.parts and out.tp not in self._revoking]
-        try:
-            self.producer.begin_transaction()
-            for out in batch:
-                o = out.output
-                self.producer.send(o.topic, o.key, o.value, o.headers, lambda error: None)
-            if offsets:
-                self.producer.client.send_offsets_to_transaction(
-                    {tp: OffsetAndMetadata(o, m, -1) for tp, (o, m) in offsets.items()}, self.consumer.group_metadata())
-            self.producer.commit_transaction()
-        except (ProducerFencedError, InvalidProducerEpochError) as exc:
-            raise ProducerFenced(f"incidents: fenced by a newer producer with this transactional id: {exc}") from exc
-        except (CommitFailedError, KafkaError) as exc:  # abortable: the same outputs go into the next one
+        if not commit_transaction(self.producer, self.consumer, batch, offsets):
             self.stats.aborts += 1
-            log.warning("incidents: transaction aborted (%s: %s); retrying", type(exc).__name__, exc)
-            try:
-                self.producer.abort_transaction()
-            except (ProducerFencedError, InvalidProducerEpochError) as fenced:
-                raise ProducerFenced(f"incidents: fenced while aborting: {fenced}") from fenced
             return
         sent = set(map(id, batch))
         self._outbox = [out for out in self._outbox if id(out) not in sent]
