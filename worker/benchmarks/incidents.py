@@ -48,8 +48,11 @@ SWEEP_FIGURES = ("incidents", "alarms_per_incident", "coherence", "root_cause_pr
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--offline", action="store_true",
-                        help="replay through the room in-process (the only mode so far; the broker replay is to come)")
+    parser.add_argument("--offline", action="store_true", help="replay through the room in-process")
+    parser.add_argument("--broker", metavar="HOST:PORT", default=None,
+                        help="replay through this broker and a telesum worker --incident-only (incidents_broker.py)")
+    parser.add_argument("--hours", type=float, default=6.0, help="--broker: the busiest hours replayed paced")
+    parser.add_argument("--speedup", type=float, default=600.0, help="--broker: the paced replay's speed-up")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with Alarm.csv, Topology.npy, DAG.npy")
     parser.add_argument("--out", type=Path, default=None, help="write results JSON here (and a .png beside it)")
     parser.add_argument("--limit", type=int, default=0, help="replay only the first N alarms (0: all)")
@@ -268,9 +271,12 @@ def chart(results: dict, path: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.broker:
+        from worker.benchmarks.incidents_broker_report import run_broker
+
+        return run_broker(args)
     if not args.offline:
-        print("only --offline exists so far: the replay through a real broker comes with the Kafka wiring",
-              file=sys.stderr)
+        print("choose --offline (in-process) or --broker HOST:PORT (through a real broker and worker)", file=sys.stderr)
         return 2
     load_before = os.getloadavg()[0]
     rows = load_alarms(args.data, args.limit)
