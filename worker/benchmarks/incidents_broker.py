@@ -123,6 +123,16 @@ def _worker(bootstrap: str, inp: str, out: str, files: tuple[Path, Path], log: P
     return subprocess.Popen(cmd, stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=env)  # noqa: SIM115
 
 
+def _wait_assigned(log: Path, worker: subprocess.Popen, wait_s: float = 120) -> None:
+    """Until the worker holds its partitions (its log says so), so paced alarms meet a serving worker."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and worker.poll() is None:
+        if b"incidents: assigned [(" in log.read_bytes():
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"the worker did not get its partitions within {wait_s:.0f} s; see {log}")
+
+
 def _produce(bootstrap: str, topic: str, rows: np.ndarray, keys: dict[str, bytes], speedup: float,
              sent_at: dict) -> dict[tuple[int, int], int]:
     """Send `rows` (paced at `speedup` when > 0); (partition, offset) -> row index."""
@@ -147,8 +157,10 @@ def _produce(bootstrap: str, topic: str, rows: np.ndarray, keys: dict[str, bytes
     return where
 
 
-def phase(bootstrap: str, rows: np.ndarray, files, keys, speedup: float, log: Path, wait_s: float) -> dict:
-    """One phase on fresh topics: what the consumer read, when, and where each input came from."""
+def phase(bootstrap: str, rows: np.ndarray, files, keys, speedup: float, log: Path, wait_s: float,
+          kill_at_s: tuple[float, ...] = ()) -> dict:
+    """One phase on fresh topics: what the consumer read, when, and where each input came from. The
+    worker is SIGKILLed at each of `kill_at_s` (seconds after it started) and started again at once."""
     inp, out = _topics(bootstrap, uuid.uuid4().hex[:8])
     reader = Reader(bootstrap, out)
     sent_at: dict = {}
@@ -156,10 +168,15 @@ def phase(bootstrap: str, rows: np.ndarray, files, keys, speedup: float, log: Pa
     try:
         if speedup > 0:  # paced: the worker waits for the alarms
             worker = _worker(bootstrap, inp, out, files, log)
-            time.sleep(8)  # joined its group (a new group's first assignment)
+            _wait_assigned(log, worker)
         where = _produce(bootstrap, inp, rows, keys, speedup, sent_at)
         started = time.time()
         if worker is None:
+            worker = _worker(bootstrap, inp, out, files, log)
+        for at in kill_at_s:
+            time.sleep(max(0.0, started + at - time.time()))
+            worker.kill()
+            worker.wait()
             worker = _worker(bootstrap, inp, out, files, log)
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline and len(reader.listed()) < len(rows):

@@ -35,12 +35,16 @@ def run_broker(args) -> int:
     _, paced_listed = groups_of(paced["events"], paced["where"], len(hot))
     backlog = phase(args.broker, rows, files, keys, 0.0, logs / "backlog.log", wait_s=300)
     result, listed = groups_of(backlog["events"], backlog["where"], len(rows))
+    kill_at = tuple(args.kill_every * (k + 1) for k in range(args.kills))
+    killed = phase(args.broker, rows, files, keys, 0.0, logs / "sigkill.log", wait_s=400, kill_at_s=kill_at) \
+        if args.kills else None
     times = sorted(at for at, e in backlog["events"])
     firsts = sorted(at for at, e in backlog["events"] for _ in e.get("inputs", []))
     t99 = firsts[int(0.99 * len(rows)) - 1] if len(firsts) >= 0.99 * len(rows) else float("nan")
     broker_figures = figures(result, rows, topology, rules)
     report = {
         "command": f"telesum bench incidents --broker {args.broker} --hours {args.hours:g} --speedup {args.speedup:g}"
+                   + f" --kills {args.kills} --kill-every {args.kill_every:g}"
                    + (f" --limit {args.limit}" if args.limit else "") + (f" --out {args.out}" if args.out else ""),
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; broker, "
@@ -73,6 +77,16 @@ def run_broker(args) -> int:
             "figures": broker_figures},
         "logs": str(logs),
     }
+    if killed is not None:
+        _, killed_listed = groups_of(killed["events"], killed["where"], len(rows))
+        killed_firsts = sorted(at for at, e in killed["events"] for _ in e.get("inputs", []))
+        report["sigkill"] = {
+            "alarms": len(rows), "sigkills_at_s_after_start": list(kill_at),
+            "inputs_in_no_incident": len(rows) - len(killed_listed),
+            "inputs_in_two": sum(1 for n in killed_listed.values() if n > 1),
+            "seconds_first_start_to_all_listed": round(killed_firsts[-1] - killed["started"], 2)
+            if killed_firsts else None,
+            "worker_exit_code": killed["exit_code"]}
     text = json.dumps(report, indent=2) + "\n"
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -123,6 +123,12 @@ class PartitionRoom:
         self._settle()
         return self._unechoed(events)
 
+    def close(self) -> list[IncidentEvent]:
+        """Place every waiting alarm and resolve every incident (the end of a replay, not of a worker)."""
+        events = self.room.close()
+        self._settle()
+        return self._unechoed(events)
+
     def is_echo(self, ref: InputRef) -> bool:
         """Listed before the restore: a dead letter already published, or an alarm already in an event."""
         return ref.offset < self.restored_through or ref in self.echo

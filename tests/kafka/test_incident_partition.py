@@ -1,0 +1,77 @@
+"""One partition's room and its commits, without a broker: what the committed offset and metadata say,
+and that a room restored from them lists every input once across both lives."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+from kafka import TopicPartition
+
+from tests.kafka.incident_helpers import STORM_RULES, STORM_TOPOLOGY
+from worker.incidents import RoomConfig, load_rules, load_topology
+from worker.kafka.incident_outputs import alarm_of
+from worker.kafka.incident_partition import InputRef, PartitionRoom, Restore
+from worker.samples import iter_generate
+
+TP = TopicPartition("alarms", 0)
+CONFIG = RoomConfig(topology=load_topology(STORM_TOPOLOGY), rules=load_rules(STORM_RULES), update_interval_s=5.0)
+ALARMS = [alarm_of(record, InputRef("alarms", 0, i), None) for i, (record, _) in enumerate(iter_generate(120, "storm"))]
+
+
+def _feed(part: PartitionRoom, offsets: range) -> list:
+    events = []
+    for offset in offsets:
+        events += part.feed(offset, [ALARMS[offset]])
+    return events
+
+
+def _ack(part: PartitionRoom, events: list) -> None:
+    for event in events:
+        part.covered(event.inputs)
+
+
+def test_partition_room_open_listed_above_a_pending_input_metadata_marks_it():
+    marked = 0
+    for n in range(20, 120):  # every cut of the storm: the open of an unrelated alarm passes a pending update
+        part = PartitionRoom(TP, CONFIG)
+        events = _feed(part, range(n))
+        _ack(part, events)
+        offset, metadata = part.position()
+        restore = Restore.from_metadata(metadata)
+        pending = sorted(ref.offset for ref in part.room.uncovered_inputs())
+        assert offset == 0  # the storm's incident is open: its first alarm holds the commit
+        assert restore.covered_through == (pending[0] if pending else n)
+        above = {ref.offset for e in events for ref in e.inputs if ref.offset >= restore.covered_through}
+        if above:
+            marked += 1
+            assert restore.listed, n
+    assert marked
+
+
+@pytest.mark.parametrize("cut", range(20, 120, 9))
+def test_partition_room_restored_from_its_commit_lists_every_input_once(cut):
+    first = PartitionRoom(TP, CONFIG)
+    sent = _feed(first, range(cut))
+    _ack(first, sent)
+    offset, metadata = first.position()
+    second = PartitionRoom(TP, CONFIG, Restore.from_metadata(metadata))  # a SIGKILL: its state is gone
+    sent += _feed(second, range(offset, 120)) + second.close()
+    counts = collections.Counter(ref.offset for event in sent for ref in event.inputs)
+    assert sorted(counts) == list(range(120))
+    assert [o for o, n in counts.items() if n > 1] == []
+
+
+def test_partition_room_transaction_listing_counts_as_covered():
+    part = PartitionRoom(TP, CONFIG)
+    events = _feed(part, range(30))
+    in_transaction = {ref for e in events for ref in e.inputs}
+    _, before = part.position()
+    _, during = part.position(in_transaction)
+    assert Restore.from_metadata(during).covered_through >= Restore.from_metadata(before).covered_through
+    assert Restore.from_metadata(before).covered_through == 0  # nothing acknowledged yet
+
+
+def test_restore_from_metadata_not_ours_is_none():
+    assert Restore.from_metadata("") is None
+    assert Restore.from_metadata("some other tool's note") is None
