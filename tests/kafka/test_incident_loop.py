@@ -36,11 +36,11 @@ def run_loop(kafka_bootstrap):
     """Factory: an in-process IncidentLoop serving in a thread; stopped (drained) at the end."""
     running: list[tuple[threading.Thread, threading.Event, IncidentLoop]] = []
 
-    def start(inp, out, dlq, incidents, group, guarantee="exactly-once", worker_id="w0") -> IncidentLoop:
+    def start(inp, out, dlq, incidents, group, guarantee="exactly-once", worker_id="w0", only=False) -> IncidentLoop:
         kafka = worker_settings(kafka_bootstrap, inp, out, dlq, processing_guarantee=guarantee, worker_id=worker_id)
         kafka = msgspec.structs.replace(kafka, group_id=group)
         settings = IncidentSettings(topic=incidents, topology=STORM_TOPOLOGY, rules=STORM_RULES,
-                                    update_interval_s=float(UPDATE_S))
+                                    update_interval_s=float(UPDATE_S), only=only)
         loop = IncidentLoop(incident_kafka_settings(kafka, settings), settings, RoomConfig.from_settings(settings))
         stop = threading.Event()
         thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
@@ -96,6 +96,25 @@ def test_incident_loop_at_least_once_commits_no_further_than_an_open_incident(ka
     time.sleep(1.0)  # a commit round after the last acknowledgement
     # The storm's incident stays open (idle_s is an hour of event time): its first alarm holds the offset.
     assert committed_offset(kafka_bootstrap, f"{group}-incidents", TopicPartition(inp, 0)) == 0
+
+
+def test_incident_loop_alone_invalid_input_gets_its_dead_letter_and_is_committed_past(kafka_bootstrap, topics,
+                                                                                       run_loop):
+    from kafka import TopicPartition
+
+    from tests.kafka.helpers import committed_offset, consume, produce
+
+    inp, out, dlq, incidents = topics(1)
+    group = f"g-{uuid.uuid4().hex}"
+    produce(kafka_bootstrap, inp, [b"{not json", b'{"event": {"commonEventHeader": 7}}'])
+    produce_storm(kafka_bootstrap, inp, 5)
+    run_loop(inp, out, dlq, incidents, group, only=True)
+    letters = consume(kafka_bootstrap, [dlq], lambda g: len(g) >= 2)
+    events = read_events(kafka_bootstrap, incidents, all_listed(5))
+    assert sorted(int(dict(r.headers)["telesum-source-offset"]) for r in letters) == [0, 1]
+    assert sorted(o for _, o, _ in listed(events)) == [2, 3, 4, 5, 6]
+    time.sleep(1.0)
+    assert committed_offset(kafka_bootstrap, group, TopicPartition(inp, 0)) == 2  # the open storm holds offset 2
 
 
 def test_worker_sigkill_incident_only_every_alarm_in_exactly_one_incident(kafka_bootstrap, topics, tokenizer_dir,
