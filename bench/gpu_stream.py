@@ -65,7 +65,7 @@ def percentile(values: list[float], q: float) -> float | None:
 
 def capacity_run(summarizer, records) -> dict:
     """Every record queued at once (the offline iteration): records/s."""
-    trace = summarizer.engine.trace
+    trace = getattr(summarizer, "step_trace", None)
     if trace is not None:
         trace.clear()
     t0 = time.perf_counter()
@@ -139,9 +139,9 @@ def stream_run(summarizer, records, *, rate: float, seconds: float, in_flight_bo
     arrivals = np.cumsum(rng.exponential(1.0 / rate, n))
     collector = _Collector(summarizer)
     collector.start()
-    engine = summarizer.engine
-    if engine.trace is not None:
-        engine.trace.clear()
+    trace = getattr(summarizer, "step_trace", None)
+    if trace is not None:
+        trace.clear()
     backpressured = 0
     t0 = time.perf_counter()
     for i in range(n):
@@ -182,8 +182,8 @@ def stream_run(summarizer, records, *, rate: float, seconds: float, in_flight_bo
            "p50_s": percentile(latencies, 0.5), "p90_s": percentile(latencies, 0.9),
            "p99_s": percentile(latencies, 0.99), "mean_s": statistics.fmean(latencies) if latencies else None,
            **{f"median_{k}": statistics.median(v) if v else None for k, v in phases.items()}}
-    if engine.trace is not None:
-        out["steps"] = engine.trace.summary(since_s=t0)
+    if trace is not None:
+        out["steps"] = trace.summary(since_s=t0)
     return out
 
 
@@ -202,7 +202,8 @@ def shape_sweep(shape: str, loaded, records, *, loads, seconds: float, new_token
     from worker.engine.step_trace import StepTrace
 
     summarizer = worker_summarizer(loaded, stream_params(new_tokens), new_tokens)
-    summarizer.engine.trace = StepTrace()
+    summarizer.step_trace = StepTrace()
+    summarizer.engine.step_observers.append(summarizer.step_trace.observe)
     summarizer.start()
     res = into if into is not None else {}  # filled as it goes: a run cut short keeps what it measured
     res.update({"budgets": getattr(summarizer, "worker_budgets", None),

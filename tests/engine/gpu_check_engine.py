@@ -40,7 +40,8 @@ def run(loaded, prompts, max_new, budget, rows, *, mixed=True, waves=1):
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     size = -(-len(prompts) // waves)
-    engine.trace = StepTrace()
+    trace = StepTrace()
+    engine.step_observers.append(trace.observe)
     seqs, steps = [], 0
     for i in range(0, len(prompts), size):
         seqs += [engine.add(p, SamplingParams(max_new_tokens=max_new)) for p in prompts[i:i + size]]
@@ -55,7 +56,7 @@ def run(loaded, prompts, max_new, budget, rows, *, mixed=True, waves=1):
     dispatcher.close()
     errors = [repr(s.error) for s in seqs if s.error]
     assert arena.slabs.num_used_rows == 0
-    kinds = {k: v["steps"] for k, v in engine.trace.summary().items() if isinstance(v, dict)}
+    kinds = {k: v["steps"] for k, v in trace.summary().items() if isinstance(v, dict)}
     return [s.output for s in seqs], wall, kinds, errors
 
 

@@ -326,3 +326,16 @@ def test_engine_admits_no_more_sequences_to_decode_than_its_bound(tiny_model):
     run_until_done(engine, seqs)
     assert max(sizes) <= 3 and len(sizes) > 5
     assert [s.output for s in seqs] == [reference_greedy(tiny_model, p, 5) for p in prompts]
+
+
+def test_engine_step_observers_see_every_step_and_a_trace_counts_its_kinds(tiny_model):
+    from worker.engine.step_trace import StepTrace
+
+    engine = make_engine(tiny_model, token_budget=64)
+    trace, plans = StepTrace(), []
+    engine.step_observers += [trace.observe, lambda plan, started, taken, ended: plans.append(plan)]
+    seqs = [engine.add(p, SamplingParams(max_new_tokens=3)) for p in random_prompts(4, 3, 12, seed=20)]
+    run_until_done(engine, seqs)
+    summary = trace.summary()
+    assert summary["steps"] == len(plans) and plans[-1] is not None
+    assert summary["prefill"]["steps"] >= 1 and summary["decode"]["steps"] >= 1

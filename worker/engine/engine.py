@@ -15,6 +15,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -30,7 +31,6 @@ from worker.engine.runner import DecodeRows, ModelRunner
 from worker.engine.sampling import OutputTape, SamplingBatch, SamplingRows
 from worker.engine.scheduler import Scheduler
 from worker.engine.sequence import SamplingParams, Sequence
-from worker.engine.step_trace import StepTrace
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +39,9 @@ log = logging.getLogger(__name__)
 BUSY_TIMEOUT_S = 0.0
 IDLE_TIMEOUT_S = 0.02
 
-
-def _plan_kind(plan: Plan) -> str:
-    return {PrefillBin: "prefill", PrefillChunk: "chunk", Decode: "decode", MixedStep: "mixed"}.get(type(plan), "fail")
+# Called after every step, on the engine thread: (the plan run, None when there was none; when the
+# step began, when its work was taken and scheduled, when it ended), in time.perf_counter() seconds.
+StepObserver = Callable[[Plan | None, float, float, float], None]
 
 
 class Engine:
@@ -83,7 +83,8 @@ class Engine:
         self._dispatcher_drained = False
         self._stop = threading.Event()
         self.oom = OutOfMemoryRecovery(self.scheduler)
-        self.trace: StepTrace | None = None  # per-step timestamps, when a benchmark asks for them
+        # The scheduler's pacing first; a benchmark appends a StepTrace's `observe`.
+        self.step_observers: list[StepObserver] = [self._pace]
 
     # -- any thread -------------------------------------------------------------------------
     def add(self, prompt, params: SamplingParams) -> Sequence:
@@ -167,22 +168,24 @@ class Engine:
         self._fail_all(EngineClosed("the engine stopped before this request finished"))
 
     def step(self) -> bool:
-        """One step: take work, schedule, run, post-process. False once closed and drained."""
-        trace = self.trace
-        start = time.perf_counter() if trace is not None else 0.0
+        """One step: take work, schedule, run and post-process, then tell the observers. False once
+        closed and drained."""
+        started = time.perf_counter()
         self._take_work()
         plan = self.scheduler.schedule()
-        if plan is None:
-            if trace is not None:
-                trace.add(start, time.perf_counter() - start, "idle", 0, 0.0)
-            return not (self._dispatcher_drained and self._long_inbox.empty() and self.scheduler.is_idle)
         taken = time.perf_counter()
-        self._execute(plan)
-        ran = time.perf_counter() - taken
-        self.scheduler.observe_step(plan, ran)
-        if trace is not None:
-            trace.add(start, taken - start, _plan_kind(plan), len(getattr(plan, "seqs", ())) or 1, ran)
-        return True
+        if plan is not None:
+            self._execute(plan)
+        ended = time.perf_counter()
+        for observe in self.step_observers:
+            observe(plan, started, taken, ended)
+        return plan is not None or not (self._dispatcher_drained and self._long_inbox.empty()
+                                        and self.scheduler.is_idle)
+
+    def _pace(self, plan: Plan | None, started: float, taken: float, ended: float) -> None:
+        """The scheduler paces small bins' prefills and sizes cut bins by how long steps ran."""
+        if plan is not None:
+            self.scheduler.observe_step(plan, ended - taken)
 
     def _take_work(self) -> None:
         if self.prefix is not None:

@@ -1,6 +1,6 @@
 """Per-step timestamps of the engine loop, for finding where the time between decode steps goes.
 
-Off by default (`Engine.trace is None`): a benchmark sets `engine.trace = StepTrace()` and reads
+Off by default: a benchmark appends a StepTrace's `observe` to `Engine.step_observers` and reads
 `summary()` afterwards. Each engine step appends one row: when it began, how long taking work
 (the dispatcher's `next_bin`, queued long inputs) took, what the step ran (prefill bin, prefill
 chunk, decode, or nothing), how many sequences, and how long running it took. Engine thread only.
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+
+from worker.engine.plans import Decode, MixedStep, Plan, PrefillBin, PrefillChunk
 
 KINDS = ("idle", "prefill", "chunk", "decode", "fail", "mixed")
 
@@ -24,6 +26,13 @@ class StepTrace:
     def add(self, start_s: float, take_work_s: float, kind: str, num_seqs: int, run_s: float) -> None:
         if len(self.rows) < self.max_rows:
             self.rows.append((start_s, take_work_s, KINDS.index(kind), num_seqs, run_s))
+
+    def observe(self, plan: Plan | None, started: float, taken: float, ended: float) -> None:
+        """One step as the engine reports it (a `StepObserver`)."""
+        if plan is None:
+            self.add(started, ended - started, "idle", 0, 0.0)
+        else:
+            self.add(started, taken - started, _kind(plan), len(getattr(plan, "seqs", ())) or 1, ended - taken)
 
     def clear(self) -> None:
         self.rows.clear()
@@ -63,3 +72,6 @@ class StepTrace:
         out["take_work_total_s"] = sum(r[1] for r in rows)
         return out
 
+
+def _kind(plan: Plan) -> str:
+    return {PrefillBin: "prefill", PrefillChunk: "chunk", Decode: "decode", MixedStep: "mixed"}.get(type(plan), "fail")
