@@ -12,8 +12,8 @@ import json
 import logging
 from pathlib import Path
 
-from worker.commands.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SETTINGS
-from worker.commands.startup import StartupError, read_settings
+from worker.commands.exit_codes import EXIT_FAILED, EXIT_OK
+from worker.commands.startup import StartupError, exit_code_of, read_settings
 from worker.probe.search import TYPICAL_PROMPT_TOKENS
 from worker.settings.budgets import GPU_TOKEN_BUDGET
 from worker.settings.load import add_arguments as add_setting_arguments
@@ -35,29 +35,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    return exit_code_of(_probe, args)
+
+
+def _probe(args: argparse.Namespace) -> int:
     import torch
 
     from worker.probe import ProbeError, probe_budgets
     from worker.commands.runtime import load_model
 
-    try:
-        loaded_settings = read_settings(args, SECTIONS)
-    except StartupError as exc:
-        log.error("%s", exc)
-        return exc.exit_code
+    loaded_settings = read_settings(args, SECTIONS)
     engine = loaded_settings.settings.engine
     if engine.device == "cpu":
-        log.error("telesum probe measures GPU memory: engine.device (--device, TELESUM_DEVICE) must be auto, "
-                  "cuda or cuda:N, not %s", engine.device)
-        return EXIT_SETTINGS
+        raise StartupError("telesum probe measures GPU memory: engine.device (--device, TELESUM_DEVICE) must be "
+                           f"auto, cuda or cuda:N, not {engine.device}")
     if not torch.cuda.is_available():
-        log.error("telesum probe needs a CUDA GPU; torch sees none")
-        return EXIT_SETTINGS
+        raise StartupError("telesum probe needs a CUDA GPU; torch sees none")
     try:
         loaded = load_model(engine)
     except (FileNotFoundError, ValueError) as exc:
-        log.error("engine.model (--model, TELESUM_MODEL) %r: %s", engine.model, exc)
-        return EXIT_SETTINGS
+        raise StartupError(f"engine.model (--model, TELESUM_MODEL) {engine.model!r}: {exc}") from None
     device = next(loaded.model.parameters()).device
     # The bin the commands probe beside (runtime.probe_budgets), so this fills the entry they read.
     bin_tokens = engine.token_budget if loaded_settings.is_set("engine.token_budget") else GPU_TOKEN_BUDGET

@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
     from kafka import KafkaConsumer
 
     if args.count < 0 or args.timeout < 0:
-        raise SystemExit("--count and --timeout must be >= 0")
+        print("telesum tail: error: --count and --timeout must be >= 0", file=sys.stderr)
+        return EXIT_SETTINGS
     try:
         topic, dlq_topic, config = consumer_config(args)
     except SettingsError as exc:
