@@ -180,6 +180,14 @@ def test_trim_to_tokens_single_huge_line_marks_omitted_characters():
     assert approx_tokens(out) <= 100
 
 
+def test_lines_within_stops_at_the_first_line_over_budget():
+    from worker.prompts.text import lines_within
+
+    assert lines_within(["aaaa", "b", "c"], 5, len) == (["aaaa"], 5)  # a line costs its length + 1
+    assert lines_within(reversed(["a", "bb", "c"]), 4, len) == (["c"], 2)  # a tail, taken from the end
+    assert lines_within(["toolong", "a"], 3, len) == ([], 0)
+
+
 def test_trim_to_tokens_zero_limit_raises():
     with pytest.raises(ValueError, match="token_limit"):
         trim_to_tokens("abc", 0)

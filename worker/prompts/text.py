@@ -4,6 +4,7 @@ collapsed), trimmed to a token budget with a visible marker, or split into piece
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any, Callable
 
 from worker.facts.common import AIMED_AT_MODEL, might_address_model
@@ -103,27 +104,29 @@ def trim_to_tokens(text: str, token_limit: int, count_tokens: TokenCounter | Non
     lines = text.splitlines()
     if len(lines) == 1:
         return _trim_one_line(text, token_limit, count)
-    head_budget = (token_limit * 2) // 3
-    head: list[str] = []
-    used = 0
-    for line in lines:
-        cost = count(line) + 1
-        if used + cost > head_budget:
-            break
-        head.append(line)
-        used += cost
-    tail: list[str] = []
-    for line in reversed(lines[len(head):]):
-        cost = count(line) + 1
-        if used + cost > token_limit - 8:  # room for the marker line
-            break
-        tail.append(line)
-        used += cost
+    head, used = lines_within(lines, (token_limit * 2) // 3, count)
+    # the tail takes what the head left, less room for the marker line
+    tail, _ = lines_within(reversed(lines[len(head):]), token_limit - 8 - used, count)
     tail.reverse()
     omitted = len(lines) - len(head) - len(tail)
     if not head and not tail:  # every line alone is over budget: cut the first one by characters
         return _trim_one_line(lines[0], token_limit, count) + f"\n[... {len(lines) - 1} lines omitted ...]"
     return "\n".join([*head, f"[... {omitted} lines omitted ...]", *tail])
+
+
+def lines_within(lines: Iterable[str], token_budget: float, count: TokenCounter) -> tuple[list[str], int]:
+    """The leading `lines` that fit `token_budget` tokens (a line costs its tokens and one for its
+    newline), up to the first that does not, and the tokens they use: the one head-or-tail cut of
+    `trim_to_tokens` and of a work-cap selection (pass the lines reversed for a tail)."""
+    taken: list[str] = []
+    used = 0
+    for line in lines:
+        cost = count(line) + 1
+        if used + cost > token_budget:
+            break
+        taken.append(line)
+        used += cost
+    return taken, used
 
 
 def _trim_one_line(line: str, token_limit: int, count: TokenCounter) -> str:

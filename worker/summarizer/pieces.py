@@ -19,7 +19,7 @@ from worker.engine.errors import ContextTooLong
 from worker.messages import Facts, TelemetryRecord
 from worker.prompts import (build_chunk_messages, build_merge_messages, compress_repeats, render_body,
                             split_into_chunks)
-from worker.prompts.text import repeat_key  # a line's template: the masks that collapse repeats
+from worker.prompts.text import lines_within, repeat_key  # repeat_key: a line's template, as repeats collapse
 
 Tokenize = Callable[[list[dict[str, str]]], list[int]]   # chat messages -> prompt token ids
 CountTokens = Callable[[str], int]
@@ -29,7 +29,8 @@ CountTokens = Callable[[str], int]
 _SHRINK = 0.8
 _MAX_ATTEMPTS = 8
 # Shares of the work cap in a selection: head and tail lines keep the start and the latest state,
-# the template table says what the middle held and how often.
+# the template table says what the middle held and how often (unlike `trim_to_tokens`, which gives the
+# tail what the head left: a selection keeps its table's share).
 _HEAD_SHARE, _TAIL_SHARE = 0.4, 0.4
 _MAX_TEMPLATES = 50
 
@@ -56,35 +57,13 @@ def select_within_cap(body: str, cap_tokens: int, count_tokens: CountTokens) -> 
     """A bounded selection of `body` (about `cap_tokens` tokens): its head and tail lines, and the
     most frequent line templates of the whole body with their counts."""
     lines = body.splitlines()
-    head: list[str] = []
-    used = 0
-    for line in lines:
-        cost = count_tokens(line) + 1
-        if used + cost > cap_tokens * _HEAD_SHARE:
-            break
-        head.append(line)
-        used += cost
-    tail: list[str] = []
-    used = 0
-    for line in reversed(lines[len(head):]):
-        cost = count_tokens(line) + 1
-        if used + cost > cap_tokens * _TAIL_SHARE:
-            break
-        tail.append(line)
-        used += cost
+    head, _ = lines_within(lines, cap_tokens * _HEAD_SHARE, count_tokens)
+    tail, _ = lines_within(reversed(lines[len(head):]), cap_tokens * _TAIL_SHARE, count_tokens)
     tail.reverse()
     middle = lines[len(head):len(lines) - len(tail)]
     templates = collections.Counter(repeat_key(line) for line in lines)
-    table: list[str] = []
-    used = 0
-    budget = cap_tokens * (1.0 - _HEAD_SHARE - _TAIL_SHARE)
-    for template, n in templates.most_common(_MAX_TEMPLATES):
-        row = f"{n} x {template}"
-        cost = count_tokens(row) + 1
-        if used + cost > budget:
-            break
-        table.append(row)
-        used += cost
+    rows = (f"{n} x {template}" for template, n in templates.most_common(_MAX_TEMPLATES))
+    table, _ = lines_within(rows, cap_tokens * (1.0 - _HEAD_SHARE - _TAIL_SHARE), count_tokens)
     text = "\n".join([*head, f"[... {len(middle)} lines not shown; line templates of all {len(lines)} "
                       f"lines, most frequent first:]", *table, "[... end of templates; the last lines:]",
                       *tail])
