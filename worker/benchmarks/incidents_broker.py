@@ -34,6 +34,7 @@ VES_BASE_EPOCH = 1_800_000_000.0
 PARTITIONS = 4
 # The worker's commit (and transaction) interval: an `open` goes out at most this long after it is made.
 COMMIT_INTERVAL_S = "0.2"
+SESSION_TIMEOUT_MS = "6000"
 
 
 def ves_bytes(i: int, alarm_id: int, device_id: int, t: float) -> bytes:
@@ -117,7 +118,9 @@ def _worker(bootstrap: str, inp: str, out: str, files: tuple[Path, Path], log: P
     args = {"bootstrap-servers": bootstrap, "input-topic": inp, "output-topic": f"{inp}-summaries",
             "dlq-topic": f"{inp}-dlq", "group-id": f"bench-{inp}", "worker-id": "bench", "incident-topic": out,
             "processing-guarantee": "exactly-once", "incident-topology": str(files[0]),
-            "incident-rules": str(files[1]), "commit-interval-s": COMMIT_INTERVAL_S, "max-poll-records": "2000"}
+            "incident-rules": str(files[1]), "commit-interval-s": COMMIT_INTERVAL_S, "max-poll-records": "2000",
+            # A killed member's partitions move after this long (the default 45 s would dominate the SIGKILL run).
+            "session-timeout-ms": SESSION_TIMEOUT_MS, "heartbeat-interval-ms": "1000"}
     cmd = [sys.executable, "-m", "worker.cli", "worker"] + [x for k, v in args.items() for x in (f"--{k}", v)]
     env = dict(os.environ, TELESUM_INCIDENT_ONLY="true")
     return subprocess.Popen(cmd, stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=env)  # noqa: SIM115

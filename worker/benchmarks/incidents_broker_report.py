@@ -1,4 +1,4 @@
-"""`telesum bench incidents --broker`'s report: both phases of `incidents_broker.py` run, their figures
+"""`telesum bench incidents --broker`'s report: the runs of `incidents_broker.py` (paced, backlog, SIGKILLs), their figures
 (`incidents.figures` for the grouping), the JSON and the chart."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from worker.benchmarks.incidents_broker import (COMMIT_INTERVAL_S, PARTITIONS, busiest, component_keys, groups_of,
-                                                open_delays, phase, temp_files)
+from worker.benchmarks.incidents_broker import (COMMIT_INTERVAL_S, PARTITIONS, SESSION_TIMEOUT_MS, busiest,
+                                                component_keys, groups_of, open_delays, phase, temp_files)
 from worker.incidents.graph import Topology
 
 
@@ -51,6 +51,7 @@ def run_broker(args) -> int:
                    "worker and producer on the same machine",
         "load_average_before": round(load_before, 2),
         "worker": f"telesum worker --incident-only, exactly-once, commit interval {COMMIT_INTERVAL_S} s, "
+                  f"session timeout {int(SESSION_TIMEOUT_MS) / 1000:g} s, "
                   f"{PARTITIONS} partitions keyed by topology component, room defaults",
         "paced": {
             "alarms": len(hot), "hours": args.hours, "speedup": args.speedup,

@@ -66,6 +66,10 @@ class IncidentThread:
         self._thread = threading.Thread(target=serve, name="incident-loop", daemon=True)
         self._thread.start()
 
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def join(self, timeout_s: float) -> int:
         if self._thread is not None:
             self._thread.join(timeout_s)

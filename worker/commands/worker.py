@@ -184,6 +184,9 @@ def _serve(args: argparse.Namespace) -> int:
         log.error("%s; stopping (on_undecodable_batch=exit), the other partitions' work drained", exc)
         code = EXIT_UNDECODABLE
     finally:
+        if incident_thread is not None and incident_thread.running:  # the summaries stopped first: drain it too
+            stop.set()
+            incident_thread.join(k.drain_timeout_s + 10)
         summarizer.close(drain=False, timeout=5.0)
         if ops.server is not None:
             ops.server.close()
