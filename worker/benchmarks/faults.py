@@ -10,7 +10,9 @@ that every input has an answer (a summary or a dead letter, matched by the sourc
 offset headers), counts duplicates, and measures each input's latency (its answer's timestamp minus
 its own). `--stream log-lines` sends raw syslog lines of a dozen hosts instead of the realistic
 records, answered per host window (`telesum-window-offsets` names every input a window answers), so
-the faults land while windows are open. `--compare-huge` also runs without faults: records/s per guarantee (all inputs at once),
+the faults land while windows are open. `--stream hostile` mixes records, log lines and every hostile
+input of `faults_hostile` (decompression bombs, deep nesting, a 50 MB line …) and reports the
+workers' resident memory (idle, peak) and any worker that stopped by itself. `--compare-huge` also runs without faults: records/s per guarantee (all inputs at once),
 and the short records' p99 latency with and without the huge record.
 
 This module is the command; a scenario runs in `faults_scenario` (its plan and fault schedule in
@@ -49,8 +51,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--latency-work-cap", type=int, default=0,
                         help="the worker's --max-record-tokens in the latency runs (default 0: no cap, so "
                              "the huge record is summarised whole: fairness alone bounds the others)")
-    parser.add_argument("--stream", choices=("records", "log-lines"), default="records",
-                        help="realistic records, or raw syslog lines answered per host window")
+    parser.add_argument("--stream", choices=("records", "log-lines", "hostile"), default="records",
+                        help="realistic records, raw syslog lines answered per host window, or records and "
+                             "log lines mixed with every hostile input (faults_hostile)")
+    parser.add_argument("--hostile-scale", choices=("ci", "full"), default="full",
+                        help="hostile stream: full-size inputs (1.1 GiB bombs, a 50 MB line, a 100,000-event "
+                             "eventList …) or the test suite's smaller ones")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=1800.0, help="per scenario (s)")
     parser.add_argument("--out", type=Path, help="write the JSON report here too")
@@ -97,7 +103,7 @@ def _run(args: argparse.Namespace, kafka_sh) -> int:
         for g in guarantees:
             plan = Plan(records=args.records, huge_bytes=int(args.huge_mb * (1 << 20)), kills=args.kills,
                         broker_restart=True, guarantee=g, seed=args.seed, produce_rate=args.rate,
-                        timeout_s=args.timeout, stream=args.stream)
+                        timeout_s=args.timeout, stream=args.stream, hostile_scale=args.hostile_scale)
             report["scenarios"][f"faults/{g}"] = run_plan(plan, bootstrap, tokenizer, work,
                                                           restart_broker=restart_broker)
         if args.compare_huge:
@@ -121,5 +127,6 @@ def _run(args: argparse.Namespace, kafka_sh) -> int:
     if args.out:
         args.out.write_text(text + "\n")
     bad = [s for s in report["scenarios"].values()
-           if s["missing"] or (s["guarantee"] == "exactly-once" and s["duplicates"]) or s["native_aborts"]]
+           if s["missing"] or (s["guarantee"] == "exactly-once" and s["duplicates"]) or s["native_aborts"]
+           or s["worker_exits"]]
     return 1 if bad else 0

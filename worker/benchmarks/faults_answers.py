@@ -20,6 +20,8 @@ class AnswerReader(threading.Thread):
                                       isolation_level="read_committed", fetch_max_bytes=64 << 20,
                                       max_partition_fetch_bytes=32 << 20)
         self.times: dict[tuple[int, int], list[float]] = collections.defaultdict(list)
+        # answers per part: a batch message is answered once per item (telesum-source-index)
+        self.parts: collections.Counter = collections.Counter()
         self.first: dict[tuple[int, int], tuple[str, bytes]] = {}  # the first answer: (topic, value)
         self.stop_event = threading.Event()
         self.error: BaseException | None = None
@@ -33,7 +35,11 @@ class AnswerReader(threading.Thread):
                         partition = int(h["telesum-source-partition"])
                         offsets = parse_offset_ranges(h["telesum-window-offsets"].decode()) \
                             if "telesum-window-offsets" in h else [int(h["telesum-source-offset"])]
+                        index = h.get("telesum-source-index")
                         for offset in offsets:
+                            self.parts[(partition, offset, index)] += 1
+                            if index not in (None, b"0"):  # an input's time is its first part's
+                                continue
                             self.times[(partition, offset)].append(msg.timestamp / 1000.0)
                             self.first.setdefault((partition, offset), (msg.topic, msg.value))
         except BaseException as exc:  # noqa: BLE001 - reported by the harness, which asserts on it

@@ -64,16 +64,33 @@ def log_lines(count: int, seed: int = 0) -> list[tuple[bytes, bytes]]:
 
 
 def inputs(plan: Plan, with_huge: bool) -> list[tuple[bytes, list, bytes]]:
-    """(value, headers, key) of every input, in the order they are produced."""
+    """(value, headers, key) of every input, in the order they are produced. In the hostile stream a
+    value may be a `faults_hostile.Bomb`: records the producer compresses into one batch."""
     from worker.samples import iter_generate
+
+    def records(count: int) -> list:
+        return [(msgspec.json.encode(r), [], f"r{i}".encode())
+                for i, (r, _) in enumerate(iter_generate(count, "short", plan.seed))]
 
     if plan.stream == "log-lines":
         realistic = [(line, [], key) for line, key in log_lines(plan.records, plan.seed)]
+    elif plan.stream == "hostile":  # records and log lines interleaved: windows are open all along
+        lines = [(line, [], key) for line, key in log_lines(plan.records - plan.records // 2, plan.seed)]
+        realistic = [x for pair in zip(lines, records(plan.records // 2)) for x in pair] + lines[plan.records // 2:]
     else:
-        realistic = [(msgspec.json.encode(r), [], f"r{i}".encode())
-                     for i, (r, _) in enumerate(iter_generate(plan.records, "short", plan.seed))]
+        realistic = records(plan.records)
     hostile = [(value, headers, f"h{i}".encode()) for i, (value, headers) in enumerate(hostile_values())]
-    values = realistic[: len(realistic) // 4] + hostile + realistic[len(realistic) // 4:]
+    if plan.stream == "hostile":
+        from worker.benchmarks.faults_hostile import CI, FULL, hostile_inputs
+
+        scale = FULL if plan.hostile_scale == "full" else CI
+        hostile += [(value, headers, f"x-{name}".encode()) for name, value, headers in hostile_inputs(scale)]
+    if plan.stream == "hostile":  # spread through the stream, so faults land before, among and after them
+        step = max(1, len(realistic) // (len(hostile) + 1))
+        values = [x for i, item in enumerate(hostile) for x in (*realistic[i * step:(i + 1) * step], item)]
+        values += realistic[len(hostile) * step:]
+    else:
+        values = realistic[: len(realistic) // 4] + hostile + realistic[len(realistic) // 4:]
     if with_huge:
         values.insert(len(realistic) // 8, (huge_record(plan.huge_bytes, plan.seed), [], b"huge"))
     return values

@@ -18,7 +18,9 @@ class Plan:
     produce_rate: float = 0.0      # inputs per second; 0 = all at once
     timeout_s: float = 600.0
     worker_args: dict[str, str] = field(default_factory=dict)
-    stream: str = "records"        # or "log-lines": raw syslog lines answered per host window
+    stream: str = "records"        # or "log-lines": raw syslog lines answered per host window; or "hostile":
+                                   # records, log lines and every hostile input (faults_hostile)
+    hostile_scale: str = "ci"      # hostile: "ci" or "full" (faults_hostile.CI / FULL)
     window_s: float = 1.0          # log-lines: the worker's --window-s
     window_max_lines: int = 16     # log-lines: the worker's --window-max-lines
 

@@ -34,8 +34,8 @@ class WorkerProcess:
         self.proc.wait()
         self._log.close()
 
-    def wait_started(self, timeout_s: float = 120, marker: bytes = b" -> ") -> None:
-        """Until the worker logged `marker`: by default that it serves (its signal handlers are
+    def wait_started(self, timeout_s: float = 120, marker: bytes = b"telesum worker: model") -> None:
+        """Until the worker logged `marker`: by default its start-up banner (its signal handlers are
         installed by then); b"assigned [(" once it holds partitions."""
         deadline = time.monotonic() + timeout_s
         while self.proc.poll() is None and time.monotonic() < deadline:
@@ -63,7 +63,7 @@ def make_topics(bootstrap: str) -> tuple[str, str, str]:
     names = (f"faults-in-{run}", f"faults-out-{run}", f"faults-dlq-{run}")
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
-        admin.create_topics([NewTopic(t, 3 if i == 0 else 1, 1, topic_configs={"max.message.bytes": "16777216"})
+        admin.create_topics([NewTopic(t, 3 if i == 0 else 1, 1, topic_configs={"max.message.bytes": str(64 << 20)})
                              for i, t in enumerate(names)])
     finally:
         admin.close()

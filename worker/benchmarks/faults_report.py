@@ -24,7 +24,7 @@ def scenario_report(plan: Plan, answers: AnswerReader, sent: dict[tuple[int, int
     return {
         "guarantee": plan.guarantee, "inputs": total, "answered": len(set(answers.times) & set(sent)),
         "missing": sorted(set(sent) - set(answers.times)),
-        "duplicates": sum(len(ts) - 1 for ts in answers.times.values()),
+        "duplicates": sum(count - 1 for count in answers.parts.values()),
         "faults": done_faults, "exit_codes": codes, "native_aborts": aborts,
         "seconds": round(finished_s, 1),
         # first to last answer: the worker's start-up stays out
