@@ -9,7 +9,7 @@ import pytest
 from kafka import TopicPartition
 
 from tests.kafka.incident_helpers import STORM_RULES, STORM_TOPOLOGY
-from worker.incidents import RoomConfig, load_rules, load_topology
+from worker.incidents import Alarm, RoomConfig, load_rules, load_topology
 from worker.kafka.incident_outputs import alarm_of
 from worker.kafka.incident_partition import InputRef, PartitionRoom, Restore
 from worker.samples import iter_generate
@@ -75,3 +75,35 @@ def test_partition_room_transaction_listing_counts_as_covered():
 def test_restore_from_metadata_not_ours_is_none():
     assert Restore.from_metadata("") is None
     assert Restore.from_metadata("some other tool's note") is None
+
+
+def test_partition_room_wall_clock_tick_before_a_restart_decides_otherwise_yet_lists_each_input_once(monkeypatch):
+    """A wall-clock tick resolves Y before an alarm of Y's key arrives with an older event time: the first
+    life opens Z for it; the restored room, which never ticks while rebuilding, folds it into Y. The
+    events differ (Z is never resolved in the second life), the inputs are still listed once."""
+    import worker.kafka.incident_partition as partition
+
+    wall = [0.0]
+    monkeypatch.setattr(partition, "wall_clock", lambda: wall[0])
+    config = RoomConfig(idle_s=60.0, update_interval_s=1.0)
+    alarm = lambda i, element, t: Alarm(element, "A1", t, input=InputRef("alarms", 0, i))  # noqa: E731
+    stream = [alarm(0, "dev-1", 1000.0), alarm(1, "dev-2", 1001.0), alarm(2, "dev-1", 1050.0),
+              alarm(3, "dev-2", 1055.0)]
+    first, sent = PartitionRoom(TP, config), []
+    for i, a in enumerate(stream[:3]):
+        sent += first.feed(i, [a])
+    wall[0] = 15.0  # a quiet quarter minute: the clock reaches 1065, Y (dev-2, idle since 1001) resolves
+    sent += first.tick()
+    sent += first.feed(3, [stream[3]])  # dev-2 again at 1055: behind the clock, placed at once, a new incident
+    _ack(first, sent)
+    assert [e.event for e in sent if e.inputs and e.inputs[0].offset == 3] == ["open"]
+    offset, metadata = first.position()
+    second = PartitionRoom(TP, config, Restore.from_metadata(metadata))
+    again = []
+    for i in range(offset, 4):
+        again += second.feed(i, [stream[i]])
+    again += second.close()
+    firsts = {e.incident_id for e in sent if e.event == "open"}
+    assert {e.incident_id for e in again} < firsts  # the second life never names the first life's Z
+    counts = collections.Counter(ref.offset for event in sent + again for ref in event.inputs)
+    assert counts == {0: 1, 1: 1, 2: 1, 3: 1}

@@ -39,6 +39,7 @@ from worker.messages import IncidentEvent
 
 log = logging.getLogger(__name__)
 
+wall_clock = time.monotonic  # the wall time the room's clock moves on by between alarms (a test replaces it)
 # The broker refuses commit metadata over `offset.metadata.max.bytes` (default 4096): stay under it.
 MAX_METADATA_CHARS = 4000
 
@@ -97,7 +98,7 @@ class PartitionRoom:
 
     def feed(self, offset: int, alarms: list[Alarm], letters: Iterable[InputRef] = ()) -> list[IncidentEvent]:
         """One message's alarms (and its dead-lettered items, answered by the caller): the events to publish."""
-        now = time.monotonic()
+        now = wall_clock()
         self.next_offset = offset + 1
         rebuilding = offset < self.restored_through
         for ref in letters:
@@ -119,7 +120,7 @@ class PartitionRoom:
         still open and its incidents still resolve); nothing while rebuilding, which must decide as before."""
         if self.last_time is None or self.rebuilding:
             return []
-        events = self.room.advance(self.last_time + time.monotonic() - self.last_wall)
+        events = self.room.advance(self.last_time + wall_clock() - self.last_wall)
         self._settle()
         return self._unechoed(events)
 
@@ -135,7 +136,7 @@ class PartitionRoom:
 
     def covered(self, refs: Iterable[InputRef]) -> list[float]:
         """These inputs' outputs were acknowledged: the seconds since each was fed."""
-        now = time.monotonic()
+        now = wall_clock()
         waited = [now - fed for fed in (self.uncovered.pop(ref, None) for ref in refs) if fed is not None]
         self._trim()
         return waited
