@@ -276,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
     if args.broker:
         from worker.benchmarks.incidents_broker_report import run_broker
 
-        return run_broker(args)
+        return run_broker(args, figures, load_alarms)
     if not args.offline:
         print("choose --offline (in-process) or --broker HOST:PORT (through a real broker and worker)", file=sys.stderr)
         return 2

@@ -14,12 +14,12 @@ from worker.benchmarks.incidents_broker import (COMMIT_INTERVAL_S, PARTITIONS, S
 from worker.incidents.graph import Topology
 
 
-def run_broker(args) -> int:
+def run_broker(args, figures, load_alarms) -> int:
+    """`figures` and `load_alarms`: incidents.py's (passed in: that module is the command and imports this one)."""
     import datetime as dt
     import json
     import platform
 
-    from worker.benchmarks.incidents import figures, load_alarms
     from worker.incidents.convert import rule_pairs, topology_pairs
     from worker.incidents.graph import CauseRules
 
