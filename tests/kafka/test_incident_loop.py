@@ -164,3 +164,24 @@ def test_worker_incident_topic_set_summaries_go_on_and_incidents_come_beside_the
         if worker.proc.poll() is None:
             worker.kill()
     assert "incidents: drained (clean)" in worker.log()
+
+
+def test_worker_sigkill_incident_only_at_least_once_no_alarm_in_no_incident(kafka_bootstrap, topics, tokenizer_dir,
+                                                                            tmp_path, monkeypatch):
+    inp, out, dlq, incidents = topics(2)
+    group = f"g-{uuid.uuid4().hex}"
+    extra = {"worker-id": "w0", "processing-guarantee": "at-least-once", "incident-topic": incidents,
+             "incident-topology": STORM_TOPOLOGY, "incident-rules": STORM_RULES, "incident-update-interval-s": UPDATE_S}
+    monkeypatch.setenv("TELESUM_INCIDENT_ONLY", "true")
+    produce_storm(kafka_bootstrap, inp, 300, key_by="element")
+    worker = WorkerProcess(kafka_bootstrap, inp, out, dlq, group, tokenizer_dir, tmp_path / "w0.log", **extra)
+    try:
+        read_events(kafka_bootstrap, incidents, lambda e: len(listed(e)) >= 80)
+        worker.kill()
+        worker = WorkerProcess(kafka_bootstrap, inp, out, dlq, group, tokenizer_dir, tmp_path / "w1.log", **extra)
+        events = read_events(kafka_bootstrap, incidents, all_listed(300), wait_s=90)
+        assert len(listed(events)) == 300, worker.log()[-3000:]  # at-least-once: some may be listed twice
+        assert worker.stop() == 0, worker.log()[-3000:]
+    finally:
+        if worker.proc.poll() is None:
+            worker.kill()
