@@ -203,20 +203,7 @@ class IncidentLoop:
         part = self.parts.get(out.tp)
         if part is None:
             return
-        waited = part.covered(out.refs)
-        if out.event is None:
-            self.stats.dead_letters += 1
-            return
-        self.stats.events += 1
-        if out.event.event == "open":
-            self.stats.opened += 1
-            self.stats.open_wait_s += waited[0] if waited else 0.0
-            if self.observer is not None and waited:
-                self.observed.append(("open_s", waited[0]))
-        elif out.event.event == "resolve":
-            self.stats.resolved += 1
-            if self.observer is not None and not out.event.merged_into:
-                self.observed.append(("alarms", out.event.alarms))
+        self.stats.count(out.event, part.covered(out.refs), self.observed if self.observer is not None else None)
 
     def _maybe_commit(self, force: bool) -> None:
         now = time.monotonic()

@@ -47,6 +47,23 @@ class IncidentStats:
     open_wait_s: float = 0.0     # summed over `opened`: wall seconds from an incident's first alarm fed to its open acknowledged
     drained_cleanly: bool = False
 
+    def count(self, event: IncidentEvent | None, waited: list[float], observed: list | None) -> None:
+        """One acknowledged output (None: a dead letter); `waited`: seconds since its inputs were read;
+        `observed` collects ("open_s", wait) and ("alarms", size) for the metrics (None: nobody watches)."""
+        if event is None:
+            self.dead_letters += 1
+            return
+        self.events += 1
+        if event.event == "open":
+            self.opened += 1
+            self.open_wait_s += waited[0] if waited else 0.0
+            if observed is not None and waited:
+                observed.append(("open_s", waited[0]))
+        elif event.event == "resolve":
+            self.resolved += 1
+            if observed is not None and not event.merged_into:
+                observed.append(("alarms", event.alarms))
+
 
 @dataclass(frozen=True)
 class Out:
