@@ -34,7 +34,7 @@ _DATE = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
 _WORD = re.compile(r"[a-z][a-z0-9']*")
 _STOP = frozenset("""a an and are as at be by for from has have in into is it its of on or over the
     than that this to was were with times time events event""".split())
-_COUNT_SUFFIX = re.compile(r"\s*\(\d+ (?:times|events|failures|rejects)\)\s*$")
+_COUNT_SUFFIX = re.compile(r"(?<!\s)\s*+\(\d+ (?:times|events|failures|rejects)\)\s*$")
 # Built once: a pattern per record (its entity, its problem's words) costs a regex compile per summary.
 _SEVERITY_NAMED = {name: re.compile("|".join(rf"(?<![a-z0-9]){w}(?![a-z0-9])" for w in words))
                    for name, words in SEVERITY_WORDS.items()}

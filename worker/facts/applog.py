@@ -40,8 +40,10 @@ _SINGLE_LETTER = {"V": "info", "D": "info", "I": "info", "W": "warning", "E": "m
 _APACHE_LEVEL = {"emerg": 0, "alert": 1, "crit": 2, "error": 3, "warn": 4, "notice": 5, "info": 6, "debug": 7}
 MAX_FIELDS_BEFORE_LEVEL = 4
 
+# Leading lookbehinds and possessive quantifiers (`*+`, `++`) keep a search linear in the line (issue 27);
+# at the start of the string, where these are matched, they change nothing.
 _PRI_KV = re.compile(r"<\d{1,3}>(?=(?:date|time|ts|level|logver)=)")
-_FILE_PREFIX = re.compile(r"(?P<file>[\w.-]+?\.(?:log|out|err)(?:[.\w:-]*)?) +")
+_FILE_PREFIX = re.compile(r"(?<![\w.:-])(?=[\w.:-]++ )(?P<file>[\w.-]+?\.(?:log|out|err)[.\w:-]*+) +")
 _LEAD_TIME = re.compile(
     r"\[?(?P<iso>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?: ?(?:Z|[+-]\d{2}:?\d{2}))?)\]?,?(?= )|"
     r"\[?(?P<slash>(?P<y4>\d{4}|\d{2})/(?P<mo>\d{2})/(?P<dd>\d{2}) (?P<hms>\d{2}:\d{2}:\d{2})(?:[.,](?P<f>\d{1,9}))?)\]?(?= )|"
@@ -56,21 +58,21 @@ _APACHE = re.compile(r"\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>" + MONTH_NAMES
 _CTIME = re.compile(r"\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>" + MONTH_NAMES + r") +(?P<dd>\d{1,2}) "
                     r"(?P<hms>\d{2}:\d{2}:\d{2})(?:\.\d{1,6})? (?P<y>\d{4})\] (?P<msg>.*)")
 _PY_DEFAULT = re.compile(r"(?P<lvl>CRITICAL|ERROR|WARNING|INFO|DEBUG):(?P<logger>[\w.]+):(?P<msg>.*)")
-_HPC = re.compile(r"\d+ (?P<node>[\w.-]+) (?P<comp>\S+) (?P<state>\S+) (?P<epoch>\d{9,10}) \d+ (?P<msg>.*)")
-_LOGFMT_PAIR = re.compile(r'(\w[\w.]*)=("(?:[^"\\]|\\.)*"|\S*)')
+_HPC = re.compile(r"(?<!\d)\d++ (?P<node>[\w.-]++) (?P<comp>\S++) (?P<state>\S++) (?P<epoch>\d{9,10}) \d++ (?P<msg>.*)")
+_LOGFMT_PAIR = re.compile(r'(?<![\w.])\.*+(\w[\w.]*+)=("(?:[^"\\]|\\.)*+"|\S*)')  # a key starts a run of [\w.]
 _PIPES = re.compile(r"(?P<d>\d{8})-(?P<hms>\d{2}:\d{2}:\d{2}):(?P<f>\d{3})\|(?P<comp>[^|]+)\|\d+\|(?P<msg>.*)")
 _BRACKET_SHORT = re.compile(r"\[(?P<mo>[01]\d)\.(?P<dd>[0-3]\d) (?P<hms>\d{2}:\d{2}:\d{2})\] (?P<prog>\S+) - (?P<msg>.*)")
 _NGINX = re.compile(r"\[(?P<lvl>emerg|alert|crit|error|warn|notice|info|debug)\] \d+#\d+: (?:\*\d+ )?(?P<msg>.*)")
-_SELF_ADDRESS = re.compile(r"(?P<host>(?:\d{1,3}\.){3}\d{1,3}|[\w-]+(?:\.[\w-]+)+):\d+:(?=\S)")
+_SELF_ADDRESS = re.compile(r"(?<![\w.-])(?P<host>(?:\d{1,3}\.){3}\d{1,3}|[\w-]++(?:\.[\w-]++)++):\d+:(?=\S)")
 _RECEIVING_DEST = re.compile(r"\bdest: /((?:\d{1,3}\.){3}\d{1,3}|[\w-]+(?:\.[\w-]+)+):\d+")
 _OSLO = re.compile(r" \d+ [A-Z]+ [a-z_]+(?:\.\w+)+ ")  # oslo.log: pid, level, dotted logger
 _LOGGER = re.compile(r"[A-Za-z_][\w.$/@-]*(?::\d+)?:?")
 _SKIPPED = re.compile(r"-+|\||\d+|\[\S*|\(\S*\)")
-_LEAD_FIELD = re.compile(r"(?:\d+|-{1,3}|\|)(?:\s+|$)|\[req-[^\]]*\]\s*|\[\S*\](?:\s+|$)|\[[^\]]*\]\s*")
-_AT_CLASS = re.compile(r"([A-Za-z_]\w*)(?:\$\w+)?@\d+\]")
+_LEAD_FIELD = re.compile(r"(?<!\S)(?:(?:\d+|-{1,3}|\|)(?:\s+|$)|\[req-[^\]]*\]\s*|\[\S*\](?:\s+|$)|\[[^\]]*\]\s*)")
+_AT_CLASS = re.compile(r"(?<!\w)\d*+([A-Za-z_]\w*+)(?:\$\w++)?@\d+\]")  # from a word's first letter
 _LOGGER_AT = re.compile(
-    r"(?P<logger>[A-Za-z_][\w$/@-]*(?:\.[\w$/@-]+)*(?::\d+)?)(?:\s*:\s+|\s+[-|]\s+|:(?=\S)|\s*:$)|"
-    r"(?P<dotted>[A-Za-z_][\w$-]*(?:\.[\w$-]+)+)\s+")
+    r"(?<![\w$/@.-])(?P<logger>[A-Za-z_][\w$/@-]*+(?:\.[\w$/@-]++)*+(?::\d++)?)(?:\s*+:\s+|\s++[-|]\s+|:(?=\S)|\s*+:$)|"
+    r"(?<![\w$/@.-])(?P<dotted>[A-Za-z_][\w$-]*+(?:\.[\w$-]++)++)\s+")
 
 
 def _service(file: str | None) -> str | None:

@@ -10,7 +10,7 @@ import re
 from typing import NamedTuple
 
 _SPLIT = re.compile(r"(?<!\\)\|")
-_PAIR = re.compile(r"(\w+)=((?:[^=\\]|\\.)*?)(?=\s+\w+=|$)")
+_PAIR = re.compile(r"(?<!\w)(\w++)=((?:[^=\\]|\\.)*?)(?=(?<!\s)\s++\w++=|$)")
 _WORDS = {"unknown": None, "low": 2, "medium": 5, "high": 8, "very-high": 10, "very high": 10}
 
 

@@ -43,11 +43,12 @@ _TIME = re.compile(
     r"(?: (?P<y3>\d{4})(?= |$))?" + _ZONE + r"(?=[\s:]|$)|"
     r"(?P<iso>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?)(?=[\s:]|$)")
 _PRI = re.compile(r"<(\d{1,3})>")
+# Leading lookbehinds and possessive quantifiers: linear searches (issue 27), the same full matches.
 _SEQUENCE = re.compile(r"\d+:?|:")
-_UPTIME = re.compile(r"[*.]?(?:\d+[ywdh]\d+[ywdh]|\d{1,2}:\d{2}:\d{2}(?:\.\d+)?):?")  # `1w2d:`, `00:02:15.123:`
-_CARD = re.compile(r"[\w-]*/[\w/-]*:?")  # RP/0/RSP0/CPU0: a line card or route processor
+_UPTIME = re.compile(r"(?<!\d)[*.]?(?:\d++[ywdh]\d++[ywdh]|\d{1,2}:\d{2}:\d{2}(?:\.\d+)?):?")  # `1w2d:`, `00:02:15.123:`
+_CARD = re.compile(r"(?<![\w-])[\w-]*+/[\w/-]*+:?")  # RP/0/RSP0/CPU0: a line card or route processor
 _ADDRESS = re.compile(r"(?:\d{1,3}\.){3}\d{1,3}|[0-9a-fA-F]{0,4}(?::[0-9a-fA-F]{0,4}){2,7}")
-_PROCESS = re.compile(r"[\w.-]+\[\d+\]:?|[A-Z][A-Za-z]+:")  # XR `ifmgr[215]:`, EOS `Ebra:`
+_PROCESS = re.compile(r"(?<![\w.-])[\w.-]++\[\d++\]:?|(?<![A-Za-z])[A-Z][A-Za-z]++:")  # XR `ifmgr[215]:`, EOS `Ebra:`
 _HOST = re.compile(r"[^\W_][\w.@-]*")
 
 

@@ -25,13 +25,14 @@ from worker.facts.common import SEVERITY_RANK
 DRAIN_MIN_MESSAGES = 32
 DRAIN_SIMILARITY = 0.5  # drain3's default 0.4 merges `session opened` with `session closed`
 MAX_VALUES_KEPT = 256   # distinct values remembered per variable; beyond it only "many"
-_VARIABLE = re.compile(r"[\w.:/+-]*\d[\w.:/+-]*")
+# A match starts a run: the lookbehinds keep searches linear (issue 27) and change no match.
+_VARIABLE = re.compile(r"(?<![\w.:/+-])[\w.:/+-]*\d[\w.:/+-]*+")
 _ADDRESS = re.compile(r"(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?|[0-9a-fA-F]{0,4}(?::[0-9a-fA-F]{0,4}){2,7}")
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?%?")
 _EDGE_PUNCT = re.compile(r"^((?:[A-Za-z_][\w.-]*=)?[\[(\"'<]*)(.*?)([\])\"'>,;:.!?]*)$")
 _WILD = "<*>"
 _DIGITS = re.compile(r"\d{3,}")
-_EMPTY_KEY = re.compile(r"[A-Za-z_][\w.-]*=")
+_EMPTY_KEY = re.compile(r"(?<![\w.-])[A-Za-z_][\w.-]*+=")
 
 
 @dataclass

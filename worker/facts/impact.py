@@ -34,7 +34,7 @@ _HYGIENE_CODES = re.compile(
 # A session or adjacency that these codes name has gone down, whatever the words say.
 _SESSION_DOWN_CODES = re.compile(
     r"%(?:[A-Z0-9_]+-)?BGP-\d-NOTIFICATION|\bBGP_IO_ERROR\w*|\bbgp_hold_timeout\b|\bRPD_\w*(?:NBRDOWN|ADJDOWN|"
-    r"SESSIONDOWN|PEER_DOWN)\b|hwBgpPeerBackwardTransition|OSPF_ADJACENCY_TEARDOWN|NBR_DOWN\w*|\w*ADJ_?DOWN\b|"
+    r"SESSIONDOWN|PEER_DOWN)\b|hwBgpPeerBackwardTransition|OSPF_ADJACENCY_TEARDOWN|NBR_DOWN\w*|\b\w*ADJ_?DOWN\b|"
     r"SESSION_?(?:STATE_)?DOWN", re.IGNORECASE)
 # Codes of a session's state changes, both ways: the words decide.
 _SESSION_CODES = re.compile(

@@ -39,7 +39,7 @@ _BSD_TIME = re.compile(
     r"(?:\.(\d{1,9}))?(?: ?(Z|UTC|GMT|[+-]\d{2}:?\d{2}))?:? +")
 _ISO_TIME = re.compile(
     r"(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?) +")
-_TAG = re.compile(r"([^\s\[\]:]{1,64})(?:\[([^\]\s]*)\])?:$")
+_TAG = re.compile(r"(?<![^\s\[\]:])([^\s\[\]:]{1,64})(?:\[([^\]\s]*)\])?:$")
 # Fields a collector or an archive puts before the line itself.
 _EPOCH = re.compile(r"\d{10}(?:\d{3}(?:\d{3})?)?(?:\.\d+)?")
 _PREFIX_TOKEN = re.compile(
@@ -49,7 +49,7 @@ _ALERT_TAG = re.compile(r"[A-Z][A-Z_]{2,15}")
 _ADDRESS = re.compile(r"(?:\d{1,3}\.){3}\d{1,3}|[0-9a-fA-F]{0,4}(?::[0-9a-fA-F]{0,4}){2,7}")
 _NODE = re.compile(r"[^\W_][\w.:@/-]*")
 _RAS_HEAD = re.compile(
-    r"((?:[A-Z][A-Z_]+ ){1,2})(?=(?:EMERG|ALERT|CRIT|CRITICAL|FATAL|PANIC|ERR|ERROR|SEVERE|FAILURE|WARN|"
+    r"(?<![A-Z_])((?:[A-Z][A-Z_]++ ){1,2})(?=(?:EMERG|ALERT|CRIT|CRITICAL|FATAL|PANIC|ERR|ERROR|SEVERE|FAILURE|WARN|"
     r"WARNING|NOTICE|INFO|DEBUG)\b)")
 _CRI = re.compile(r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})) (?:stdout|stderr) [FP] (.*)")
 _YEAR_FIRST = re.compile(r"^(<\d{1,3}>)?(?::\s*)?((?:19|20)\d\d) ((?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2})"

@@ -21,7 +21,7 @@ ERROR_WORDS = re.compile(
     re.IGNORECASE,
 )
 HOST = re.compile(
-    r"\b(?:host=|node=|ne=|element=)?((?:\d{1,3}\.){3}\d{1,3}|[A-Za-z][A-Za-z0-9]*(?:[-_.][A-Za-z0-9]+)*[-_]\d+[A-Za-z0-9]*)\b"
+    r"\b(?:host=|node=|ne=|element=)?((?:\d{1,3}\.){3}\d{1,3}|[A-Za-z][A-Za-z0-9]*+(?:[-_.][A-Za-z0-9]++){0,31}[-_]\d++[A-Za-z0-9]*+)\b"  # {0,31}: linear (issue 27); no host name has more labels
 )
 HOST_KEY = re.compile(r"\b(?:host|hostname|node|ne|element|source)[=:]\s*([A-Za-z0-9][\w.-]*)", re.IGNORECASE)
 

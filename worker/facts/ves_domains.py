@@ -41,12 +41,13 @@ Reading = tuple[str | None, str | None, dict[str, str], list[str]]  # severity, 
 ALARM_KEYS = ("specificproblem", "alarmname", "alarmtext", "alarmcondition", "probablecause", "additionaltext")
 NOTIFICATION_TYPES = ("notifynewalarm", "notifychangedalarm", "notifyclearedalarm", "notifyalarmlistrebuilt",
                       "notifycorrelatednotificationchanged", "notifyackstatechanged", "notifycomments")
-_IDENTIFIER = re.compile(r"(?=[\w.:/=,-]*\d)[\w.:/=,-]+")  # one token holding a digit: `Chn0001`, `NRCellDU=3`
+# Leading lookbehinds and possessive quantifiers: linear searches (issue 27), the same full matches.
+_IDENTIFIER = re.compile(r"(?<![\w.:/=,-])(?=[\w.:/=,-]*?\d)[\w.:/=,-]++")  # one token holding a digit: `Chn0001`, `NRCellDU=3`
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _WORD = re.compile(r"[A-Za-z]{3,}")
 # Names written in words: `lossOfSignal`, `RanPciCollision`, `LOSS_OF_SIGNAL` (mixed forms stay as they are).
-_CAMEL_NAME = re.compile(r"[a-z]+(?:[A-Z][a-z]+)+|(?:[A-Z][a-z]+){2,}")
-_SNAKE_NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[a-z][a-z0-9]*(?:_[a-z0-9]+)+")
+_CAMEL_NAME = re.compile(r"(?<![a-z])[a-z]++(?:[A-Z][a-z]++)++|(?<![A-Za-z])(?:[A-Z][a-z]++){2,}")
+_SNAKE_NAME = re.compile(r"(?<![A-Z0-9])[A-Z][A-Z0-9]*+(?:_[A-Z0-9]++)++|(?<![a-z0-9])[a-z][a-z0-9]*+(?:_[a-z0-9]++)++")
 
 
 # Words of a field's filler text: an OpenAPI example or a simulator's default left in the event

@@ -39,7 +39,7 @@ from worker.facts.ves_domains import (
 
 MAX_ATTRIBUTES = 3  # attribute values named in one problem; the rest counted
 MAX_VALUE_CHARS = 40
-_RDN = re.compile(r"[A-Za-z][\w.-]*=[^,/#=]+")
+_RDN = re.compile(r"[A-Za-z][\w.-]{0,127}+=[^,/#=]++")  # {0,127}: linear (issue 27); no attribute name is longer
 
 
 def _words(name: str) -> str:
