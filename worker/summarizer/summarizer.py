@@ -77,8 +77,10 @@ class Summarizer:
             max_seqs_per_bin=budgets.max_seqs_per_bin, max_new_tokens=engine.max_new_tokens,
             max_context=self.max_context, prefix_cache=engine.prefix_cache,
             prefix_cache_tokens=engine.prefix_cache_tokens)
-        self.dispatcher = dispatcher or BinDispatcher(budgets.token_budget, max_seqs_per_bin=budgets.max_seqs_per_bin,
-                                                      pad_id=self.tokenizer.pad_token_id or 0)
+        if dispatcher is None:
+            dispatcher = BinDispatcher(budgets.token_budget, max_seqs_per_bin=budgets.max_seqs_per_bin,
+                                       pad_id=self.tokenizer.pad_token_id or 0)
+        self.dispatcher = dispatcher
         self.max_seqs_per_bin = budgets.max_seqs_per_bin
         self.arena = KVArena(cfg, kv_rows, dtype=param.dtype, device=self.device, reserved_tail_rows=region)
         self.prefix = (PrefixReuse(self.arena.cache, first_row=kv_rows - region,
