@@ -11,11 +11,12 @@ from datetime import datetime, timezone
 import msgspec
 
 from worker.facts import pm, syslog, text, trace, ves
+from worker.facts.bounds import MAX_FACT_LINE_CHARS, bounded_record, bounded_text
 from worker.facts.pm_filename import FILE_ATTRIBUTES, parse_file_name
 from worker.facts.common import SEVERITIES, parse_iso, with_error
 from worker.messages import Facts, TelemetryRecord
 
-__all__ = ["SEVERITIES", "extract_facts"]
+__all__ = ["MAX_FACT_LINE_CHARS", "SEVERITIES", "extract_facts"]
 
 # Record attributes that name the element when the body does not (a collector's own labels).
 HOST_ATTRIBUTES = ("host", "hostname", "element", "node", "sourceName")
@@ -27,7 +28,7 @@ def _attribute_host(record: TelemetryRecord) -> str | None:
 
 def _fallback(record: TelemetryRecord, error: str) -> Facts:
     try:
-        facts = text.parse(record.body_text(), _attribute_host(record))
+        facts = text.parse(bounded_text(record.body_text()), _attribute_host(record))
     except Exception as exc:  # noqa: BLE001 - extract_facts must never raise
         facts = Facts(facts_error=f"text extractor failed: {type(exc).__name__}: {exc}")
     return with_error(facts, error)
@@ -74,7 +75,9 @@ def _by_kind(record: TelemetryRecord) -> Facts:
 
 
 def extract_facts(record: TelemetryRecord) -> Facts:
-    """Facts for one record, by its kind; never raises (problems go to facts_error). Thread-safe."""
+    """Facts for one record, by its kind; never raises (problems go to facts_error). Reads at most
+    MAX_FACT_LINE_CHARS of any one line or JSON string (see `bounds`). Thread-safe."""
+    record = bounded_record(record)
     try:
         facts = _by_kind(record)
     except Exception as exc:  # noqa: BLE001 - a parser bug must not lose the record
