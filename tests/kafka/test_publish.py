@@ -84,3 +84,10 @@ def test_publish_retriable_error_republishes_after_backoff(monkeypatch) -> None:
     (acked,) = publisher.poll(lambda rid: True)
     assert acked[0].reason == "invalid_json" and publisher.republished == 1 and not publisher.busy
     assert len(producer.sent) == 1
+
+
+def test_dead_letter_request_without_a_reason_is_refused():
+    import pytest
+
+    with pytest.raises(ValueError, match="reason"):
+        _request(1, b"x", "dead_letter", None)

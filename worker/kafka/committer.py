@@ -138,7 +138,6 @@ class Committer:
     def _count(self, request: Request) -> None:
         if request.kind == "dead_letter":
             self.stats.dead_letters += 1
-            reason = request.reason or "summarize_failed"
-            self.stats.reasons[reason] = self.stats.reasons.get(reason, 0) + 1
+            self.stats.reasons[request.reason] = self.stats.reasons.get(request.reason, 0) + 1
         else:
             self.stats.summaries += 1

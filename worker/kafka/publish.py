@@ -63,6 +63,10 @@ class Request:
     compact: bool = False                    # already the last-resort compact dead letter
     covers: tuple[int, ...] = ()             # a log window: one offset per part it answers (else rid.offset)
 
+    def __post_init__(self) -> None:
+        if self.kind == "dead_letter" and self.reason is None:
+            raise ValueError("a dead letter's request names its reason")
+
 
 class ProducerFenced(RuntimeError):
     """Another producer with this worker's transactional id took over: this process must stop."""
@@ -87,7 +91,7 @@ class Answers:
         log.warning("dead letter %s/%d@%d: %s: %s", request.source.topic, request.source.partition,
                     request.source.offset, request.reason, message[:200])
         return self.fitting(request, dead_letter_output(self.dlq_topic, request.source, request.original,
-                                                        request.reason or "summarize_failed", message,
+                                                        request.reason, message,
                                                         self.model_name, compact=request.compact))
 
     def fitting(self, request: Request, output: Output) -> tuple[Request, Output]:
