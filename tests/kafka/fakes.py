@@ -10,6 +10,10 @@ from worker.dispatch import Backpressure
 from worker.messages import Summary
 
 
+# Records a KafkaWorker keeps inside a test double (the worker command passes two full bins').
+FAKE_IN_FLIGHT = 256
+
+
 class GatedSummarizer:
     """Holds at most `capacity` requests (Backpressure beyond); answers them only while `gate` is set."""
 

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from tests.kafka.fakes import GatedSummarizer, run_in_thread, wait_for
+from tests.kafka.fakes import FAKE_IN_FLIGHT, GatedSummarizer, run_in_thread, wait_for
 from tests.kafka.helpers import answer_ids, consume, produce_records
 from worker.kafka.loop import KafkaWorker
 from worker.settings.kafka import KafkaSettings
@@ -28,7 +28,7 @@ def test_loop_backpressure_pauses_then_answers_every_id(kafka_bootstrap, make_to
     ids = produce_records(kafka_bootstrap, inp, range(60))
     fake = GatedSummarizer(capacity=5)
     worker = KafkaWorker(_settings(kafka_bootstrap, inp, out, dlq, f"g-{uuid.uuid4().hex}", max_poll_records=20),
-                         fake, model_name="fake")
+                         fake, model_name="fake", max_in_flight=FAKE_IN_FLIGHT)
     stop = threading.Event()
     thread = run_in_thread(worker, stop)
     got = consume(kafka_bootstrap, [out, dlq], lambda g: len(g) >= 60)
@@ -44,11 +44,11 @@ def test_loop_rebalance_drops_revoked_work_and_loses_nothing(kafka_bootstrap, ma
     group = f"g-{uuid.uuid4().hex}"
     ids = produce_records(kafka_bootstrap, inp, range(40))
     held = GatedSummarizer(open_gate=False)  # the first member holds everything it reads
-    first = KafkaWorker(_settings(kafka_bootstrap, inp, out, dlq, group), held, model_name="fake")
+    first = KafkaWorker(_settings(kafka_bootstrap, inp, out, dlq, group), held, model_name="fake", max_in_flight=FAKE_IN_FLIGHT)
     stop_first, stop_second = threading.Event(), threading.Event()
     t1 = run_in_thread(first, stop_first)
     wait_for(lambda: first.stats.consumed >= 40)
-    second = KafkaWorker(_settings(kafka_bootstrap, inp, out, dlq, group), GatedSummarizer(), model_name="fake")
+    second = KafkaWorker(_settings(kafka_bootstrap, inp, out, dlq, group), GatedSummarizer(), model_name="fake", max_in_flight=FAKE_IN_FLIGHT)
     t2 = run_in_thread(second, stop_second)
     # The group rebalanced: the first member settled its smaller share, the second one reads.
     wait_for(lambda: len(first.tracker.partitions()) == 2 and second.stats.consumed > 0)

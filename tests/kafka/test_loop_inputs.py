@@ -11,7 +11,7 @@ import msgspec
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from tests.kafka.fakes import GatedSummarizer, run_in_thread, wait_for
+from tests.kafka.fakes import FAKE_IN_FLIGHT, GatedSummarizer, run_in_thread, wait_for
 from tests.kafka.helpers import committed_offset, consume, produce, worker_settings
 from worker.kafka.loop import KafkaWorker
 from worker.kafka.publish import Request, RequestId, TransactionalPublisher
@@ -41,7 +41,7 @@ def test_loop_batch_message_answers_every_item_then_commits_its_offset(kafka_boo
                             for i in range(3)] + [42]}
     produce(kafka_bootstrap, inp, [msgspec.json.encode(events), b"<13>1 - h1 app - - - one line"], keys=[None, None])
     settings = worker_settings(kafka_bootstrap, inp, out, dlq, processing_guarantee=guarantee, window_s=0.0)
-    worker = KafkaWorker(settings, GatedSummarizer(), model_name="fake")
+    worker = KafkaWorker(settings, GatedSummarizer(), model_name="fake", max_in_flight=FAKE_IN_FLIGHT)
     stop = threading.Event()
     thread = run_in_thread(worker, stop)
     got = consume(kafka_bootstrap, [out, dlq], lambda g: len(g) >= 5)
@@ -64,7 +64,7 @@ def test_loop_log_lines_are_answered_per_host_window_each_line_once(kafka_bootst
     settings = worker_settings(kafka_bootstrap, inp, out, dlq, processing_guarantee=guarantee, window_s=1.0,
                          window_max_lines=8)
     fake = RecordingSummarizer()
-    worker = KafkaWorker(settings, fake, model_name="fake")
+    worker = KafkaWorker(settings, fake, model_name="fake", max_in_flight=FAKE_IN_FLIGHT)
     stop = threading.Event()
     thread = run_in_thread(worker, stop)
     got = consume(kafka_bootstrap, [out, dlq], lambda g: sum(
@@ -94,7 +94,7 @@ def test_loop_open_windows_are_answered_in_the_drain(kafka_bootstrap, make_topic
     produce(kafka_bootstrap, inp, [_line("gnb-1", i) for i in range(5)], keys=[None] * 5)
     settings = worker_settings(kafka_bootstrap, inp, out, dlq, processing_guarantee="exactly-once", window_s=600.0)
     fake = RecordingSummarizer()
-    worker = KafkaWorker(settings, fake, model_name="fake")
+    worker = KafkaWorker(settings, fake, model_name="fake", max_in_flight=FAKE_IN_FLIGHT)
     stop = threading.Event()
     thread = run_in_thread(worker, stop)
     wait_for(lambda: worker.stats.consumed == 5)

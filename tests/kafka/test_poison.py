@@ -10,7 +10,7 @@ import msgspec
 import pytest
 from kafka import TopicPartition
 
-from tests.kafka.fakes import GatedSummarizer, wait_for
+from tests.kafka.fakes import FAKE_IN_FLIGHT, GatedSummarizer, wait_for
 from tests.kafka.helpers import committed_offset, consume, produce, worker_settings
 from worker.inputs.detect import AutoDecoder
 from worker.kafka import intake, publish
@@ -77,7 +77,7 @@ def test_an_exception_at_every_stage_is_that_messages_dead_letter_and_the_worker
               _line("core-rtr-1"), _envelope("ok-1")]
     produce(kafka_bootstrap, inp, values, keys=[None] * len(values))
     settings = worker_settings(kafka_bootstrap, inp, out, dlq, processing_guarantee=guarantee, window_s=0.2)
-    worker = KafkaWorker(settings, PreparingSummarizer(), model_name="fake")
+    worker = KafkaWorker(settings, PreparingSummarizer(), model_name="fake", max_in_flight=FAKE_IN_FLIGHT)
     stop, raised = threading.Event(), []
 
     def run() -> None:

@@ -10,7 +10,7 @@ import threading
 import pytest
 from kafka import TopicPartition
 
-from tests.kafka.fakes import GatedSummarizer, wait_for
+from tests.kafka.fakes import FAKE_IN_FLIGHT, GatedSummarizer, wait_for
 from tests.kafka.foreign import answered_ids, consume_committed, large_record, produce_foreign
 from tests.kafka.helpers import committed_offset, worker_settings
 from worker.kafka.loop import KafkaWorker
@@ -51,7 +51,7 @@ def test_undecodable_batch_pauses_its_partition_serves_the_others_and_resumes(
     inp, out, dlq, ids0, ids1 = two_partitions_one_zstd_batch
     monkeypatch.setattr(kafka.codec, "has_zstd", lambda: False)  # as when `zstandard` is not installed
     settings = worker_settings(kafka_bootstrap, inp, out, dlq, undecodable_retry_s=0.5)
-    worker = KafkaWorker(settings, GatedSummarizer(), model_name="fake")
+    worker = KafkaWorker(settings, GatedSummarizer(), model_name="fake", max_in_flight=FAKE_IN_FLIGHT)
     stop = threading.Event()
     thread, raised = _run(worker, stop)
     got = consume_committed(kafka_bootstrap, [out, dlq], lambda g: len(g) >= 11)
@@ -82,7 +82,7 @@ def test_corrupt_batch_is_reported_stuck_with_its_offset(kafka_bootstrap, two_pa
 
     inp, out, dlq, ids0, ids1 = two_partitions_one_zstd_batch
     monkeypatch.setattr(default_records, "zstd_decode", corrupt)
-    worker = KafkaWorker(worker_settings(kafka_bootstrap, inp, out, dlq), GatedSummarizer(), model_name="fake")
+    worker = KafkaWorker(worker_settings(kafka_bootstrap, inp, out, dlq), GatedSummarizer(), model_name="fake", max_in_flight=FAKE_IN_FLIGHT)
     stop = threading.Event()
     thread, raised = _run(worker, stop)
     got = consume_committed(kafka_bootstrap, [out, dlq], lambda g: len(g) >= 11)
@@ -103,7 +103,7 @@ def test_undecodable_batch_exit_drains_the_other_partitions_then_raises(
     monkeypatch.setattr(kafka.codec, "has_zstd", lambda: False)
     settings = worker_settings(kafka_bootstrap, inp, out, dlq, on_undecodable_batch="exit",
                          processing_guarantee="exactly-once")
-    worker = KafkaWorker(settings, GatedSummarizer(), model_name="fake")
+    worker = KafkaWorker(settings, GatedSummarizer(), model_name="fake", max_in_flight=FAKE_IN_FLIGHT)
     thread, raised = _run(worker, threading.Event())
     thread.join(60)
     assert not thread.is_alive() and len(raised) == 1 and isinstance(raised[0], UndecodableBatch)
@@ -124,7 +124,7 @@ def test_batch_expanding_beyond_the_limit_is_answered_offset_by_offset_and_passe
     inp, out, dlq, ids0, ids1 = two_partitions_one_zstd_batch
     settings = worker_settings(kafka_bootstrap, inp, out, dlq, max_batch_bytes=4096,
                                processing_guarantee=guarantee)
-    worker = KafkaWorker(settings, GatedSummarizer(), model_name="fake")
+    worker = KafkaWorker(settings, GatedSummarizer(), model_name="fake", max_in_flight=FAKE_IN_FLIGHT)
     stop = threading.Event()
     thread, raised = _run(worker, stop)
     got = consume_committed(kafka_bootstrap, [out, dlq], lambda g: len(g) >= 17)

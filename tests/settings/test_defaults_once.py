@@ -42,10 +42,7 @@ HOMES: dict[str, object] = {
     "top_p": _ENGINE.top_p,
 }
 # Defaults that still differ from their home, each with what removes it. Keep this empty.
-KNOWN: set[tuple[str, str]] = {
-    # the Kafka loop's fallback when the worker command passes no max_in_flight (issue 30, item 1)
-    ("kafka/loop.py", "max_seqs_per_bin"),
-}
+KNOWN: set[tuple[str, str]] = set()
 
 
 def _restated(tree: ast.AST):

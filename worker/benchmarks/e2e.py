@@ -115,7 +115,7 @@ def measure(args: argparse.Namespace, bootstrap: str) -> dict:
     """One end-to-end run; returns the result object that --json prints."""
     from kafka import KafkaConsumer, TopicPartition
 
-    from worker.kafka.loop import KafkaWorker
+    from worker.kafka.loop import KafkaWorker, in_flight_records
     from worker.commands.produce import make_producer
     from worker.commands.runtime import budgets_for, build_summarizer, load_model
     from worker.settings.load import from_values
@@ -140,7 +140,8 @@ def measure(args: argparse.Namespace, bootstrap: str) -> dict:
     warmup_s = time.perf_counter() - t
 
     timer = StageTimer()
-    worker = KafkaWorker(settings.kafka, summarizer, model_name=loaded.name)
+    worker = KafkaWorker(settings.kafka, summarizer, model_name=loaded.name,
+                         max_in_flight=in_flight_records(settings.kafka, summarizer.max_seqs_per_bin))
     instrument(timer, summarizer, worker)
     joined = threading.Event()
     on_assigned = worker._on_assigned

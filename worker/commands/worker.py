@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from worker.kafka.loop import KafkaWorker, ProducerFenced
+    from worker.kafka.loop import KafkaWorker, ProducerFenced, in_flight_records
 
     loaded_settings = read_settings(args)
     settings = loaded_settings.settings
@@ -167,6 +167,7 @@ def _serve(args: argparse.Namespace) -> int:
     ops.health.set_model_loaded()
     listeners = (ops.board.observe_results,) if ops.board is not None else ()
     worker = KafkaWorker(k, ops.metrics.watch_summarizer(summarizer, *listeners), model_name=loaded.name,
+                         max_in_flight=in_flight_records(k, budgets.max_seqs_per_bin),
                          observer=ops.observe_loop)
     incident_thread = IncidentThread(incidents) if incidents is not None else None
     if incident_thread is not None:

@@ -24,6 +24,7 @@ from worker.kafka.intake import Intake, Pending, internal_error
 from worker.kafka.offsets import OffsetTracker
 from worker.kafka.publish import Answers, ProducerFenced, Request, RequestId
 from worker.kafka.undecodable import UndecodableBatch
+from worker.settings.budgets import FULL_BINS_IN_FLIGHT
 from worker.settings.kafka import KafkaSettings
 from worker.messages import Summary, TelemetryRecord, failure_reason
 
@@ -57,19 +58,25 @@ class WorkerStats:
     reasons: dict[str, int] = field(default_factory=dict)
 
 
+def in_flight_records(settings: KafkaSettings, max_seqs_per_bin: int) -> int:
+    """The records a worker keeps inside its summarizer: `max_in_flight`, else full bins of them, so
+    one bin decodes while the next is packed."""
+    return settings.max_in_flight or FULL_BINS_IN_FLIGHT * max_seqs_per_bin
+
+
 class KafkaWorker:
     """Consumes `settings.input_topic` in a group, answers every record exactly once per delivery
     (a summary or a dead letter) and commits only acknowledged work. `run()` from one thread."""
 
-    def __init__(self, settings: KafkaSettings, summarizer: SummarizerLike, model_name: str,
+    def __init__(self, settings: KafkaSettings, summarizer: SummarizerLike, model_name: str, *, max_in_flight: int,
                  consumer: Consumer | None = None, producer: Producer | None = None,
                  observer: Callable[[KafkaWorker], None] | None = None) -> None:
+        """max_in_flight: records inside the summarizer before partitions pause (`in_flight_records`)."""
         self.settings = settings
         self.observer = observer  # e.g. metrics: called after every step, from the loop thread
         self.summarizer = summarizer
         self.model_name = model_name
-        # Unset: two full bins of records, so one bin decodes while the next is packed.
-        self.max_in_flight = settings.max_in_flight or 2 * getattr(summarizer, "max_seqs_per_bin", 128)
+        self.max_in_flight = max_in_flight
         self.consumer = consumer or Consumer(settings)
         self.producer = producer or Producer(settings)
         self.tracker = OffsetTracker()
