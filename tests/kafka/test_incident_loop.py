@@ -36,11 +36,18 @@ def run_loop(kafka_bootstrap):
     """Factory: an in-process IncidentLoop serving in a thread; stopped (drained) at the end."""
     running: list[tuple[threading.Thread, threading.Event, IncidentLoop]] = []
 
-    def start(inp, out, dlq, incidents, group, guarantee="exactly-once", worker_id="w0", only=False) -> IncidentLoop:
+    def stop_all() -> None:
+        for thread, stop, _ in running:
+            stop.set()
+            thread.join(30)
+        running.clear()
+
+    def start(inp, out, dlq, incidents, group, guarantee="exactly-once", worker_id="w0", only=False,
+              state_topic=None) -> IncidentLoop:
         kafka = worker_settings(kafka_bootstrap, inp, out, dlq, processing_guarantee=guarantee, worker_id=worker_id)
         kafka = msgspec.structs.replace(kafka, group_id=group)
         settings = IncidentSettings(topic=incidents, topology=STORM_TOPOLOGY, rules=STORM_RULES,
-                                    update_interval_s=float(UPDATE_S), only=only)
+                                    update_interval_s=float(UPDATE_S), only=only, state_topic=state_topic)
         loop = IncidentLoop(incident_kafka_settings(kafka, settings), settings, RoomConfig.from_settings(settings))
         stop = threading.Event()
         thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
@@ -48,10 +55,9 @@ def run_loop(kafka_bootstrap):
         running.append((thread, stop, loop))
         return loop
 
+    start.stop_all = stop_all
     yield start
-    for thread, stop, _ in running:
-        stop.set()
-        thread.join(30)
+    stop_all()
 
 
 def test_incident_loop_storm_keyed_by_site_one_incident_rooted_at_the_faulty_element(kafka_bootstrap, topics, run_loop):
@@ -117,13 +123,37 @@ def test_incident_loop_alone_invalid_input_gets_its_dead_letter_and_is_committed
     assert committed_offset(kafka_bootstrap, group, TopicPartition(inp, 0)) == 2  # the open storm holds offset 2
 
 
+def test_incident_loop_state_topic_commits_past_open_incidents_and_a_restart_goes_on(kafka_bootstrap, topics,
+                                                                                     run_loop, make_topic):
+    from kafka import TopicPartition
+
+    from tests.kafka.helpers import committed_offset
+
+    inp, out, dlq, incidents = topics(1)
+    state, group = make_topic("state"), f"g-{uuid.uuid4().hex}"
+    produce_storm(kafka_bootstrap, inp, 120)
+    run_loop(inp, out, dlq, incidents, group, state_topic=state)
+    read_events(kafka_bootstrap, incidents, all_listed(120))
+    run_loop.stop_all()
+    # The storm's incident is still open, yet every input is committed: the room is on the state topic.
+    assert committed_offset(kafka_bootstrap, f"{group}-incidents", TopicPartition(inp, 0)) == 120
+    run_loop(inp, out, dlq, incidents, group, state_topic=state, worker_id="w1")
+    produce_storm(kafka_bootstrap, inp, 120)  # the same storm again: repeats of the restored incident's alarms
+    events = read_events(kafka_bootstrap, incidents, all_listed(240))
+    assert len(listed(events)) == 240 and set(listed(events).values()) == {1}
+    storm = [e for e in events if e["root_cause"]["element"] == "dev-1"]
+    assert len({e["incident_id"] for e in storm}) == 1  # the restored room went on with the same incident
+    assert [e["sequence"] for e in storm] == sorted({e["sequence"] for e in storm})  # no sequence sent twice
+
+
+@pytest.mark.parametrize("state", [False, True], ids=["recomputed", "state-topic"])
 def test_worker_sigkill_incident_only_every_alarm_in_exactly_one_incident(kafka_bootstrap, topics, tokenizer_dir,
-                                                                         tmp_path, monkeypatch):
+                                                                         tmp_path, monkeypatch, make_topic, state):
     inp, out, dlq, incidents = topics(3)
     group = f"g-{uuid.uuid4().hex}"
     extra = {"worker-id": "w0", "processing-guarantee": "exactly-once", "incident-topic": incidents,
              "incident-topology": STORM_TOPOLOGY, "incident-rules": STORM_RULES,
-             "incident-update-interval-s": UPDATE_S}
+             "incident-update-interval-s": UPDATE_S, **({"incident-state-topic": make_topic("state")} if state else {})}
     monkeypatch.setenv("TELESUM_INCIDENT_ONLY", "true")  # a switch: no value on the command line
     produce_storm(kafka_bootstrap, inp, 400, key_by="element")
     worker = WorkerProcess(kafka_bootstrap, inp, out, dlq, group, tokenizer_dir, tmp_path / "w0.log", **extra)
@@ -136,7 +166,7 @@ def test_worker_sigkill_incident_only_every_alarm_in_exactly_one_incident(kafka_
         counts = listed(events)
         assert len(counts) == 800, f"{800 - len(counts)} inputs in no incident\n{worker.log()[-3000:]}"
         assert [k for k, n in counts.items() if n > 1] == []
-        assert "inputs below" in worker.log()  # the restart rebuilt from the committed offset
+        assert ("restored from its snapshot" if state else "inputs below") in worker.log()
         assert worker.stop() == 0, worker.log()[-3000:]
     finally:
         if worker.proc.poll() is None:

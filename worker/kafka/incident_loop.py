@@ -35,7 +35,10 @@ from worker.kafka.clients import Consumer, Producer
 from worker.kafka.incident_outputs import (IncidentProducer, IncidentStats, Out, commit_transaction, dead_letter,
                                            event_output, read_message)
 from worker.kafka.incident_outputs import incident_kafka_settings  # noqa: F401 - the loop's settings, re-exported
+from worker.incidents.snapshot import restore as restore_room, snapshot
 from worker.kafka.incident_partition import InputRef, PartitionRoom, Restore
+from worker.kafka.incident_state import ensure_state_topic, read_states, state_key
+from worker.kafka.records import Output
 from worker.messages import IncidentEvent
 from worker.settings.incidents import IncidentSettings
 from worker.settings.kafka import KafkaSettings
@@ -57,6 +60,7 @@ class IncidentLoop:
                  observer: Callable[[IncidentLoop], None] | None = None) -> None:
         self.settings, self.incidents, self.config = settings, incidents, config
         self.topic = incidents.topic or ""
+        self.state_topic = incidents.state_topic if settings.exactly_once else None  # incident_state.py
         self.consumer = consumer or Consumer(settings)
         self.producer = producer or IncidentProducer(settings)
         self.observer = observer
@@ -102,6 +106,10 @@ class IncidentLoop:
 
     def run(self, stop: threading.Event) -> IncidentStats:
         """Serve until `stop` is set, then publish and commit what is ready, and close."""
+        if self.incidents.state_topic and not self.state_topic:
+            log.warning("incidents: the state topic needs exactly-once; open incidents are recomputed instead")
+        if self.state_topic:
+            ensure_state_topic(self.settings, self.state_topic)
         self.consumer.open(self._on_revoked, self._on_assigned)
         self.producer.open()
         try:
@@ -134,7 +142,17 @@ class IncidentLoop:
 
     def _open_new(self) -> None:
         """Rooms for newly assigned partitions, restored from their committed offset and metadata."""
-        for tp in sorted(self._new & self.consumer.assignment()):
+        new = sorted(self._new & self.consumer.assignment())
+        if self.state_topic and new:
+            states = read_states(self.settings, self.state_topic, {state_key(tp) for tp in new})
+            for tp in new:
+                data = states.get(state_key(tp))
+                self.parts[tp] = PartitionRoom(tp, self.config, snapshots=True,
+                                               room=restore_room(self.config, data) if data else None)
+                log.info("incidents: %s[%d] %s", tp.topic, tp.partition, "restored from its snapshot" if data
+                         else "has no snapshot: starts empty at its committed offset")
+            new = []
+        for tp in new:
             committed = self.consumer.client.committed(tp, metadata=True)
             restore = Restore.from_metadata(committed.metadata if committed is not None else None)
             self.parts[tp] = PartitionRoom(tp, self.config, restore)
@@ -213,7 +231,7 @@ class IncidentLoop:
             return
         self._last_commit = now
         listing: dict[TopicPartition, set[InputRef]] = {}
-        for out in self._outbox:
+        for out in self._outbox if not self.state_topic else ():  # with a state topic every input commits
             listing.setdefault(out.tp, set()).update(out.refs)
         offsets = {}
         for tp, part in self.parts.items():
@@ -237,10 +255,13 @@ class IncidentLoop:
 
     def _transaction(self, offsets: dict[TopicPartition, tuple[int, str]]) -> None:
         batch = [out for out in self._outbox if out.tp in self.parts and out.tp not in self._revoking]
-        if not commit_transaction(self.producer, self.consumer, batch, offsets):
+        # With a state topic, every room whose events or offset go out goes out too, as it is now.
+        states = [Out(tp, Output(self.state_topic, state_key(tp), snapshot(self.parts[tp].room), []), ())
+                  for tp in sorted(offsets.keys() | {out.tp for out in batch})] if self.state_topic else []
+        if not commit_transaction(self.producer, self.consumer, batch + states, offsets):
             self.stats.aborts += 1
             return
-        sent = set(map(id, batch))
+        sent = set(map(id, batch))  # the states are not in the outbox
         self._outbox = [out for out in self._outbox if id(out) not in sent]
         for out in batch:
             self._done(out)

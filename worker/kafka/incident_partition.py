@@ -66,6 +66,8 @@ class Restore(msgspec.Struct, frozen=True):
             return None
         try:
             found = json.loads(metadata)
+            if found.get("snapshot"):  # committed with a state topic: nothing to rebuild from here
+                return None
             listed = zlib.decompress(base64.b64decode(found["listed"])) if found.get("listed") else b""
             return cls(int(found["covered_through"]), listed)
         except (ValueError, KeyError, TypeError, zlib.error) as exc:
@@ -77,9 +79,13 @@ class Restore(msgspec.Struct, frozen=True):
 class PartitionRoom:
     """The room of one partition and the coverage of its inputs."""
 
-    def __init__(self, tp: TopicPartition, config: RoomConfig, restore: Restore | None = None) -> None:
+    def __init__(self, tp: TopicPartition, config: RoomConfig, restore: Restore | None = None, *,
+                 snapshots: bool = False, room: IncidentRoom | None = None) -> None:
+        """`snapshots`: the room's state goes to the state topic with every commit (`incident_state.py`),
+        which then commits every input fed: nothing is tracked here; `room`: the room restored from it."""
         self.tp = tp
-        self.room = IncidentRoom(config)
+        self.snapshots = snapshots
+        self.room = room or IncidentRoom(config)
         self.next_offset: int | None = None          # after the last message fed
         self.fed: deque[InputRef] = deque()           # answered inputs in feed order, from the first uncovered on
         self.uncovered: dict[InputRef, float] = {}    # -> monotonic time it was fed
@@ -89,6 +95,8 @@ class PartitionRoom:
         self.echo: set[InputRef] = set()              # at or above restored_through, listed before the restore
         self.last_time: float | None = None           # the latest alarm time fed (event time)
         self.last_wall = 0.0                          # monotonic time of that feed
+        if room is not None and room.clock > float("-inf"):  # restored: its clock goes on from here
+            self.last_time, self.last_wall = room.clock, wall_clock()
         self.events_dropped = 0                       # events that only repeated what was listed before
 
     @property
@@ -136,6 +144,8 @@ class PartitionRoom:
 
     def covered(self, refs: Iterable[InputRef]) -> list[float]:
         """These inputs' outputs were acknowledged: the seconds since each was fed."""
+        if self.snapshots:
+            return []  # a restored room's inputs are plain mappings: nothing to look up
         now = wall_clock()
         waited = [now - fed for fed in (self.uncovered.pop(ref, None) for ref in refs) if fed is not None]
         self._trim()
@@ -146,6 +156,8 @@ class PartitionRoom:
         before anything was fed."""
         if self.next_offset is None:
             return None
+        if self.snapshots:
+            return self.next_offset, '{"snapshot":true}'
         refs = list(self.fed)
         first = next((k for k, ref in enumerate(refs) if ref in self.uncovered and ref not in listing), None)
         if first is None:
@@ -163,7 +175,7 @@ class PartitionRoom:
     # Internals.
 
     def _track(self, ref: InputRef, now: float, rebuilding: bool) -> None:
-        if rebuilding:
+        if rebuilding or self.snapshots:
             return
         if self._listed:
             k = self._answered_since_restore

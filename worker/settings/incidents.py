@@ -26,6 +26,10 @@ class IncidentSettings(MaskedRepr, msgspec.Struct, frozen=True, kw_only=True, fo
                                      flag="incident-rules")] = None
     only: Annotated[bool, opt("TELESUM_INCIDENT_ONLY", "answer alarms with incident events only (no per-alarm "
                                                        "summaries)", flag="incident-only")] = False
+    state_topic: Annotated[str | None, opt("TELESUM_INCIDENT_STATE_TOPIC",
+                                           "exactly-once: keep each input partition's incidents on this compacted "
+                                           "topic and commit every alarm at once (unset: recompute open incidents "
+                                           "from the uncommitted range)", flag="incident-state-topic")] = None
     late_s: Annotated[float, opt("TELESUM_INCIDENT_LATE_S", "wait this long (event time) for alarms arriving out "
                                                             "of order; an incident opens this long after its "
                                                             "first alarm", flag="incident-late-s", ge=0, le=60)] = 1.0
