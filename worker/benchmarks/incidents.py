@@ -55,6 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speedup", type=float, default=600.0, help="--broker: the paced replay's speed-up")
     parser.add_argument("--kills", type=int, default=2, help="--broker: SIGKILLs of the worker in a third run")
     parser.add_argument("--kill-every", type=float, default=8.0, help="--broker: seconds between those SIGKILLs")
+    parser.add_argument("--state-topic", action="store_true",
+                        help="--broker: the worker keeps its rooms on a state topic (TELESUM_INCIDENT_STATE_TOPIC)")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with Alarm.csv, Topology.npy, DAG.npy")
     parser.add_argument("--out", type=Path, default=None, help="write results JSON here (and a .png beside it)")
     parser.add_argument("--limit", type=int, default=0, help="replay only the first N alarms (0: all)")

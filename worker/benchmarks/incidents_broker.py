@@ -114,13 +114,14 @@ def _topics(bootstrap: str, run: str) -> tuple[str, str]:
     return inp, out
 
 
-def _worker(bootstrap: str, inp: str, out: str, files: tuple[Path, Path], log: Path) -> subprocess.Popen:
+def _worker(bootstrap: str, inp: str, out: str, files: tuple[Path, Path], log: Path, state: bool) -> subprocess.Popen:
     args = {"bootstrap-servers": bootstrap, "input-topic": inp, "output-topic": f"{inp}-summaries",
             "dlq-topic": f"{inp}-dlq", "group-id": f"bench-{inp}", "worker-id": "bench", "incident-topic": out,
             "processing-guarantee": "exactly-once", "incident-topology": str(files[0]),
             "incident-rules": str(files[1]), "commit-interval-s": COMMIT_INTERVAL_S, "max-poll-records": "2000",
             # A killed member's partitions move after this long (the default 45 s would dominate the SIGKILL run).
-            "session-timeout-ms": SESSION_TIMEOUT_MS, "heartbeat-interval-ms": "1000"}
+            "session-timeout-ms": SESSION_TIMEOUT_MS, "heartbeat-interval-ms": "1000",
+            **({"incident-state-topic": f"{out}.state"} if state else {})}
     cmd = [sys.executable, "-m", "worker.cli", "worker"] + [x for k, v in args.items() for x in (f"--{k}", v)]
     env = dict(os.environ, TELESUM_INCIDENT_ONLY="true")
     return subprocess.Popen(cmd, stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=env)  # noqa: SIM115
@@ -161,7 +162,7 @@ def _produce(bootstrap: str, topic: str, rows: np.ndarray, keys: dict[str, bytes
 
 
 def phase(bootstrap: str, rows: np.ndarray, files, keys, speedup: float, log: Path, wait_s: float,
-          kill_at_s: tuple[float, ...] = ()) -> dict:
+          kill_at_s: tuple[float, ...] = (), state: bool = False) -> dict:
     """One phase on fresh topics: what the consumer read, when, and where each input came from. The
     worker is SIGKILLed at each of `kill_at_s` (seconds after it started) and started again at once."""
     inp, out = _topics(bootstrap, uuid.uuid4().hex[:8])
@@ -170,17 +171,17 @@ def phase(bootstrap: str, rows: np.ndarray, files, keys, speedup: float, log: Pa
     worker = None
     try:
         if speedup > 0:  # paced: the worker waits for the alarms
-            worker = _worker(bootstrap, inp, out, files, log)
+            worker = _worker(bootstrap, inp, out, files, log, state)
             _wait_assigned(log, worker)
         where = _produce(bootstrap, inp, rows, keys, speedup, sent_at)
         started = time.time()
         if worker is None:
-            worker = _worker(bootstrap, inp, out, files, log)
+            worker = _worker(bootstrap, inp, out, files, log, state)
         for at in kill_at_s:
             time.sleep(max(0.0, started + at - time.time()))
             worker.kill()
             worker.wait()
-            worker = _worker(bootstrap, inp, out, files, log)
+            worker = _worker(bootstrap, inp, out, files, log, state)
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline and len(reader.listed()) < len(rows):
             time.sleep(0.5)

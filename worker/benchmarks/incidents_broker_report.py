@@ -30,14 +30,15 @@ def run_broker(args, figures, load_alarms) -> int:
     files, keys = temp_files(args.data), component_keys(topology)
     logs = Path(tempfile.mkdtemp(prefix="incidents-bench-logs-"))
     hot = busiest(rows, args.hours)
-    paced = phase(args.broker, hot, files, keys, args.speedup, logs / "paced.log", wait_s=120)
+    paced = phase(args.broker, hot, files, keys, args.speedup, logs / "paced.log", wait_s=120,
+                  state=args.state_topic)
     delays = np.array(open_delays(paced["events"], paced["sent_at"]))
     _, paced_listed = groups_of(paced["events"], paced["where"], len(hot))
-    backlog = phase(args.broker, rows, files, keys, 0.0, logs / "backlog.log", wait_s=300)
+    backlog = phase(args.broker, rows, files, keys, 0.0, logs / "backlog.log", wait_s=300, state=args.state_topic)
     result, listed = groups_of(backlog["events"], backlog["where"], len(rows))
     kill_at = tuple(args.kill_every * (k + 1) for k in range(args.kills))
-    killed = phase(args.broker, rows, files, keys, 0.0, logs / "sigkill.log", wait_s=400, kill_at_s=kill_at) \
-        if args.kills else None
+    killed = phase(args.broker, rows, files, keys, 0.0, logs / "sigkill.log", wait_s=400, kill_at_s=kill_at,
+                   state=args.state_topic) if args.kills else None
     times = sorted(at for at, e in backlog["events"])
     firsts = sorted(at for at, e in backlog["events"] for _ in e.get("inputs", []))
     t99 = firsts[int(0.99 * len(rows)) - 1] if len(firsts) >= 0.99 * len(rows) else float("nan")
@@ -45,6 +46,7 @@ def run_broker(args, figures, load_alarms) -> int:
     report = {
         "command": f"telesum bench incidents --broker {args.broker} --hours {args.hours:g} --speedup {args.speedup:g}"
                    + f" --kills {args.kills} --kill-every {args.kill_every:g}"
+                   + (" --state-topic" if args.state_topic else "")
                    + (f" --limit {args.limit}" if args.limit else "") + (f" --out {args.out}" if args.out else ""),
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; broker, "
@@ -52,7 +54,8 @@ def run_broker(args, figures, load_alarms) -> int:
         "load_average_before": round(load_before, 2),
         "worker": f"telesum worker --incident-only, exactly-once, commit interval {COMMIT_INTERVAL_S} s, "
                   f"session timeout {int(SESSION_TIMEOUT_MS) / 1000:g} s, "
-                  f"{PARTITIONS} partitions keyed by topology component, room defaults",
+                  + ("open incidents on a compacted state topic, " if args.state_topic else "open incidents recomputed, ")
+                  + f"{PARTITIONS} partitions keyed by topology component, room defaults",
         "paced": {
             "alarms": len(hot), "hours": args.hours, "speedup": args.speedup,
             "alarms_per_s_offered": round(len(hot) / (args.hours * 3600 / args.speedup), 1),
