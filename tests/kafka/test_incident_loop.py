@@ -76,18 +76,22 @@ def test_incident_loop_storm_keyed_by_site_one_incident_rooted_at_the_faulty_ele
     assert {e["root_cause"]["alarm_type"] for e in opens} == {"A1", "A4"}  # the storm and the unrelated alarms
 
 
-def test_incident_loop_rebalance_to_a_second_member_every_alarm_listed_once(kafka_bootstrap, topics, run_loop):
+@pytest.mark.parametrize("state", [False, True], ids=["recomputed", "state-topic"])
+def test_incident_loop_rebalance_to_a_second_member_every_alarm_listed_once(kafka_bootstrap, topics, run_loop,
+                                                                           make_topic, state):
     inp, out, dlq, incidents = topics(4)
-    group = f"g-{uuid.uuid4().hex}"
+    group, state_topic = f"g-{uuid.uuid4().hex}", make_topic("state") if state else None
     produce_storm(kafka_bootstrap, inp, 300, key_by="element")
-    run_loop(inp, out, dlq, incidents, group, worker_id="w0")
+    run_loop(inp, out, dlq, incidents, group, worker_id="w0", state_topic=state_topic)
     read_events(kafka_bootstrap, incidents, lambda e: len(listed(e)) >= 60)
-    run_loop(inp, out, dlq, incidents, group, worker_id="w1")  # takes some partitions mid-stream
+    second = run_loop(inp, out, dlq, incidents, group, worker_id="w1", state_topic=state_topic)  # mid-stream
     produce_storm(kafka_bootstrap, inp, 300, key_by="element")  # the same records again: 600 inputs
     events = read_events(kafka_bootstrap, incidents, all_listed(600), wait_s=90)
     counts = listed(events)
     assert len(counts) == 600, f"{600 - len(counts)} inputs in no incident"
     assert [k for k, n in counts.items() if n > 1] == []
+    # The second member took partitions over: it rebuilt (recomputing) or restored (state topic) their rooms.
+    assert second.parts and (second.stats.consumed or second.stats.events)
 
 
 def test_incident_loop_at_least_once_commits_no_further_than_an_open_incident(kafka_bootstrap, topics, run_loop):
