@@ -144,11 +144,12 @@ class PartitionRoom:
 
     def covered(self, refs: Iterable[InputRef]) -> list[float]:
         """These inputs' outputs were acknowledged: the seconds since each was fed."""
-        if self.snapshots:
-            return []  # a restored room's inputs are plain mappings: nothing to look up
         now = wall_clock()
-        waited = [now - fed for fed in (self.uncovered.pop(ref, None) for ref in refs) if fed is not None]
-        self._trim()
+        # A room restored from the state topic lists its earlier inputs as plain mappings: never tracked.
+        waited = [now - fed for fed in (self.uncovered.pop(ref, None) for ref in refs if isinstance(ref, InputRef))
+                  if fed is not None]
+        if not self.snapshots:
+            self._trim()
         return waited
 
     def position(self, listing: set[InputRef] = frozenset()) -> tuple[int, str] | None:
@@ -175,7 +176,10 @@ class PartitionRoom:
     # Internals.
 
     def _track(self, ref: InputRef, now: float, rebuilding: bool) -> None:
-        if rebuilding or self.snapshots:
+        if rebuilding:
+            return
+        if self.snapshots:  # only for the time to open: the commit does not wait on it
+            self.uncovered[ref] = now
             return
         if self._listed:
             k = self._answered_since_restore
