@@ -16,9 +16,9 @@ import threading
 from types import SimpleNamespace
 
 from worker.commands import supervisor
-from worker.commands.incident_thread import IncidentThread, build_incident_loop
 from worker.commands.exit_codes import (EXIT_DEADLINE, EXIT_DRAINED, EXIT_FENCED, EXIT_MISSING_CODEC,
                                         EXIT_SETTINGS, EXIT_UNDECODABLE)
+from worker.commands.incident_thread import IncidentThread, build_incident_loop
 from worker.commands.startup import exit_code_of, read_settings, start_summarizer
 from worker.kafka.codecs import MissingCodecError, check_codecs
 from worker.kafka.undecodable import UndecodableBatch
