@@ -3,6 +3,9 @@ With --gpus, supervise one such worker process per GPU instead (`supervisor.py`)
 
 Order of start-up: settings (fail fast, naming a bad one), logging, the HTTP port (so /readyz
 answers "not ready" while the model loads), the model and its budgets, the banner, the loop.
+With TELESUM_INCIDENT_TOPIC, the topology and rules are read before the model (a bad file fails fast)
+and the incident loop runs in a thread beside the loop (`incident_thread.py`); with
+TELESUM_INCIDENT_ONLY it runs alone and no model is loaded.
 """
 
 from __future__ import annotations
