@@ -1,4 +1,5 @@
-"""The fault harness in its bounded CI form: real broker, tiny model, SIGKILLs and a rebalance."""
+"""The fault harness in its bounded CI form: real broker, tiny model, SIGKILLs and a rebalance; the hostile
+stream also through a broker restart."""
 
 from __future__ import annotations
 
@@ -45,6 +46,34 @@ def test_faults_log_line_windows_exactly_once_through_sigkills_and_rebalance(kaf
     assert len(report["faults"]) == 4 and report["native_aborts"] == 0
     drained = [c for c in report["exit_codes"] if c != -signal.SIGKILL]
     assert drained and all(c == 0 for c in drained), report["exit_codes"]
+
+
+# Its own broker (the harness restarts it), so not the suite's: 12 minutes at most on a loaded 2-core machine.
+@pytest.mark.timeout(720)
+def test_faults_hostile_stream_answered_exactly_once_through_kills_rebalance_and_broker_restart(tmp_path):
+    # Records and log lines (windows open) mixed with every hostile input at the CI scale: bombs in
+    # each codec past a 16 MiB --max-batch-bytes, 10^5-deep nesting, a 96 KiB line, 10,000 headers, a
+    # 2,000-event eventList and a 20,000-record OTLP request past a 100-item limit, a 1 MB id …
+    import argparse
+    import json
+    import socket
+
+    from worker.benchmarks import faults
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = argparse.Namespace(records=30, huge_mb=0.25, kills=2, guarantee="exactly-once", broker_port=port,
+                              compare_huge=False, rate=4.0, latency_work_cap=0, stream="hostile", hostile_scale="ci",
+                              seed=1, timeout=560.0, out=tmp_path / "report.json")
+    code = faults.run(args)
+    report = json.loads(args.out.read_text())["scenarios"]["faults/exactly-once"]
+    assert report["reader_error"] is None
+    assert report["missing"] == [] and report["answered"] == report["inputs"], report["missing"]
+    assert report["duplicates"] == 0 and report["worker_exits"] == 0 and report["native_aborts"] == 0
+    assert sorted({fault for fault, _ in report["faults"]}) == ["broker", "kill", "rebalance", "unbalance"]
+    assert report["memory_mb"]["peak_above_idle"] < 1024, report["memory_mb"]
+    assert code == 0
 
 
 def test_sigterm_during_the_harness_runs_its_cleanup_and_restores_the_handler():

@@ -104,7 +104,9 @@ def _run(args: argparse.Namespace, kafka_sh) -> int:
             plan = Plan(records=args.records, huge_bytes=int(args.huge_mb * (1 << 20)), kills=args.kills,
                         broker_restart=True, guarantee=g, seed=args.seed, produce_rate=args.rate,
                         timeout_s=args.timeout, stream=args.stream, hostile_scale=args.hostile_scale)
+            # the hostile stream brings its own huge line (faults_hostile): no huge record beside it
             report["scenarios"][f"faults/{g}"] = run_plan(plan, bootstrap, tokenizer, work,
+                                                          with_huge=args.stream != "hostile",
                                                           restart_broker=restart_broker)
         if args.compare_huge:
             for g in guarantees:  # the records/s cost of exactly-once: no faults, all inputs at once

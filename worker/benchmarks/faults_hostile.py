@@ -30,7 +30,7 @@ class Scale:
 
 FULL = Scale(depth=100_000, bomb_bytes=1100 << 20, line_bytes=50 << 20, keys=1_000_000, headers=10_000,
              event_list=100_000, otlp_records=1_000_000, id_bytes=1 << 20, max_batch_bytes=128 << 20, max_items=1000)
-CI = Scale(depth=100_000, bomb_bytes=48 << 20, line_bytes=2 << 20, keys=100_000, headers=10_000,
+CI = Scale(depth=100_000, bomb_bytes=48 << 20, line_bytes=96 << 10, keys=100_000, headers=10_000,
            event_list=2_000, otlp_records=20_000, id_bytes=1 << 20, max_batch_bytes=16 << 20, max_items=100)
 CODECS = ("gzip", "snappy", "lz4", "zstd")
 # A bomb is sent as records of this size, all in one compressed batch.
