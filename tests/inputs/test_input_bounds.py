@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
 from tests.inputs.helpers import SHAPES
+from worker.benchmarks.faults_hostile import nested_otlp_request
 from worker.inputs import Message, decoder_for
 from worker.messages import InvalidRecord, ReasonCode, TelemetryRecord
 
@@ -38,34 +39,6 @@ def _items(fmt: str, value: bytes, headers=(), **kw) -> list:
 
 def _reasons(fmt: str, value: bytes, headers=(), **kw) -> list[str]:
     return [i.reason if isinstance(i, InvalidRecord) else "record" for i in _items(fmt, value, headers, **kw)]
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _nested_any_value(depth: int) -> bytes:
-    """An OTLP AnyValue holding an array holding an AnyValue … `depth` times, as protobuf bytes
-    (built inside out with each level's length prefix: protobuf's own types refuse such depth)."""
-    prefixes, length = [], 0
-    for _ in range(depth):
-        array = b"\x0a" + _varint(length)                        # ArrayValue.values (field 1)
-        value = b"\x2a" + _varint(length + len(array))           # AnyValue.array_value (field 5)
-        prefixes.append(value + array)
-        length += len(array) + len(value)
-    return b"".join(reversed(prefixes))
-
-
-def _otlp_with_body(any_value: bytes) -> bytes:
-    log_record = b"\x2a" + _varint(len(any_value)) + any_value    # LogRecord.body (field 5)
-    scope = b"\x12" + _varint(len(log_record)) + log_record       # ScopeLogs.log_records (field 2)
-    resource = b"\x12" + _varint(len(scope)) + scope              # ResourceLogs.scope_logs (field 2)
-    return b"\x0a" + _varint(len(resource)) + resource            # request.resource_logs (field 1)
 
 
 @pytest.mark.parametrize("fmt", JSON_FORMATS)
@@ -97,9 +70,9 @@ def test_msgpack_nested_beyond_the_decoder_is_too_deep():
 
 
 def test_otlp_protobuf_nested_anyvalues_are_answered():
-    shallow = _otlp_with_body(_nested_any_value(40))
+    shallow = nested_otlp_request(40)
     assert _reasons("otlp", shallow) == ["record"]
-    deep = _otlp_with_body(_nested_any_value(DEEP))
+    deep = nested_otlp_request(DEEP)
     assert _reasons("otlp", deep) == ["invalid_protobuf"]
     assert _reasons("auto", deep) == ["invalid_protobuf"]  # began like OTLP: the parser's reason, not invalid_utf8
 

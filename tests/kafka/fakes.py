@@ -45,6 +45,21 @@ def run_in_thread(worker, stop: threading.Event) -> threading.Thread:
     return thread
 
 
+def run_capturing(worker, stop: threading.Event) -> tuple[threading.Thread, list]:
+    """`worker.run(stop)` on a thread; what it raised lands in the returned list (for the test to assert)."""
+    raised: list = []
+
+    def target() -> None:
+        try:
+            worker.run(stop)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            raised.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, raised
+
+
 def wait_for(predicate, wait_s: float = 60) -> None:
     deadline = time.monotonic() + wait_s
     while not predicate():

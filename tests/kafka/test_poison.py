@@ -10,7 +10,7 @@ import msgspec
 import pytest
 from kafka import TopicPartition
 
-from tests.kafka.fakes import FAKE_IN_FLIGHT, GatedSummarizer, wait_for
+from tests.kafka.fakes import FAKE_IN_FLIGHT, GatedSummarizer, run_capturing, wait_for
 from tests.kafka.helpers import committed_offset, consume, produce, worker_settings
 from worker.inputs.detect import AutoDecoder
 from worker.kafka import intake, publish
@@ -78,16 +78,8 @@ def test_an_exception_at_every_stage_is_that_messages_dead_letter_and_the_worker
     produce(kafka_bootstrap, inp, values, keys=[None] * len(values))
     settings = worker_settings(kafka_bootstrap, inp, out, dlq, processing_guarantee=guarantee, window_s=0.2)
     worker = KafkaWorker(settings, PreparingSummarizer(), model_name="fake", max_in_flight=FAKE_IN_FLIGHT)
-    stop, raised = threading.Event(), []
-
-    def run() -> None:
-        try:
-            worker.run(stop)
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
-            raised.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    stop = threading.Event()
+    thread, raised = run_capturing(worker, stop)
     got = consume(kafka_bootstrap, [out, dlq], lambda g: len(g) >= len(values))
     wait_for(lambda: committed_offset(kafka_bootstrap, settings.group_id, TopicPartition(inp, 0)) == len(values))
     assert thread.is_alive(), raised

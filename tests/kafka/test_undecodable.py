@@ -10,27 +10,13 @@ import threading
 import pytest
 from kafka import TopicPartition
 
-from tests.kafka.fakes import FAKE_IN_FLIGHT, GatedSummarizer, wait_for
+from tests.kafka.fakes import FAKE_IN_FLIGHT, GatedSummarizer, run_capturing, wait_for
 from tests.kafka.foreign import answered_ids, consume_committed, large_record, produce_foreign
 from tests.kafka.helpers import committed_offset, worker_settings
 from worker.kafka.loop import KafkaWorker
 from worker.kafka.undecodable import UndecodableBatch
 
 pytestmark = pytest.mark.kafka
-
-
-def _run(worker: KafkaWorker, stop: threading.Event) -> tuple[threading.Thread, list]:
-    raised: list = []
-
-    def target() -> None:
-        try:
-            worker.run(stop)
-        except Exception as exc:  # noqa: BLE001 - handed to the test
-            raised.append(exc)
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    return thread, raised
 
 
 @pytest.fixture
@@ -53,7 +39,7 @@ def test_undecodable_batch_pauses_its_partition_serves_the_others_and_resumes(
     settings = worker_settings(kafka_bootstrap, inp, out, dlq, undecodable_retry_s=0.5)
     worker = KafkaWorker(settings, GatedSummarizer(), model_name="fake", max_in_flight=FAKE_IN_FLIGHT)
     stop = threading.Event()
-    thread, raised = _run(worker, stop)
+    thread, raised = run_capturing(worker, stop)
     got = consume_committed(kafka_bootstrap, [out, dlq], lambda g: len(g) >= 11)
     bad = TopicPartition(inp, 0)
     wait_for(lambda: worker.consumer.undecodable_batches >= 2)  # retried, still failing
@@ -84,7 +70,7 @@ def test_corrupt_batch_is_reported_stuck_with_its_offset(kafka_bootstrap, two_pa
     monkeypatch.setattr(default_records, "zstd_decode", corrupt)
     worker = KafkaWorker(worker_settings(kafka_bootstrap, inp, out, dlq), GatedSummarizer(), model_name="fake", max_in_flight=FAKE_IN_FLIGHT)
     stop = threading.Event()
-    thread, raised = _run(worker, stop)
+    thread, raised = run_capturing(worker, stop)
     got = consume_committed(kafka_bootstrap, [out, dlq], lambda g: len(g) >= 11)
     wait_for(lambda: TopicPartition(inp, 0) in worker.consumer.stuck)
     stop.set()
@@ -104,7 +90,7 @@ def test_undecodable_batch_exit_drains_the_other_partitions_then_raises(
     settings = worker_settings(kafka_bootstrap, inp, out, dlq, on_undecodable_batch="exit",
                          processing_guarantee="exactly-once")
     worker = KafkaWorker(settings, GatedSummarizer(), model_name="fake", max_in_flight=FAKE_IN_FLIGHT)
-    thread, raised = _run(worker, threading.Event())
+    thread, raised = run_capturing(worker, threading.Event())
     thread.join(60)
     assert not thread.is_alive() and len(raised) == 1 and isinstance(raised[0], UndecodableBatch)
     assert (raised[0].stuck.tp, raised[0].stuck.offset) == (TopicPartition(inp, 0), 3)
@@ -126,7 +112,7 @@ def test_batch_expanding_beyond_the_limit_is_answered_offset_by_offset_and_passe
                                processing_guarantee=guarantee)
     worker = KafkaWorker(settings, GatedSummarizer(), model_name="fake", max_in_flight=FAKE_IN_FLIGHT)
     stop = threading.Event()
-    thread, raised = _run(worker, stop)
+    thread, raised = run_capturing(worker, stop)
     got = consume_committed(kafka_bootstrap, [out, dlq], lambda g: len(g) >= 17)
     bad = TopicPartition(inp, 0)
     wait_for(lambda: committed_offset(kafka_bootstrap, settings.group_id, bad) == len(ids0))
