@@ -88,11 +88,23 @@ def _with_impact(groups: list[Group]) -> dict[int, int]:
     return impacts
 
 
+_ASIDE = re.compile(r"(?<!\s)\s*+[(\[][^()\[\]]*[)\]]")  # a bracketed aside, the spaces before it with it
+
+
+def _without_last_aside(text: str) -> str:
+    """`text` (one line) without its last bracketed aside. One pass: a lookahead for a later aside
+    rescanned the rest of the line from every aside, cubic over `_compact`'s loop (issue 27)."""
+    last = None
+    for last in _ASIDE.finditer(text):
+        pass
+    return text if last is None else text[:last.start()] + text[last.end():]
+
+
 def _compact(text: str, limit: int) -> str:
     """`text` within `limit` characters: bracketed asides dropped from the end, then its middle (the
     head and the end kept, cut at words)."""
     while len(text) > limit:
-        shorter = re.sub(r"\s*[(\[][^()\[\]]*[)\]](?!.*[(\[][^()\[\]]*[)\]])", "", text, count=1)
+        shorter = _without_last_aside(text)
         if shorter == text:
             break
         text = shorter
