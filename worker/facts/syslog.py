@@ -15,7 +15,6 @@ whose lines name no sender (application logs) takes the service its log file is 
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from datetime import datetime
 
@@ -88,26 +87,36 @@ def _with_impact(groups: list[Group]) -> dict[int, int]:
     return impacts
 
 
-_ASIDE = re.compile(r"(?<!\s)\s*+[(\[][^()\[\]]*[)\]]")  # a bracketed aside, the spaces before it with it
-
-
-def _without_last_aside(text: str) -> str:
-    """`text` (one line) without its last bracketed aside. One pass: a lookahead for a later aside
-    rescanned the rest of the line from every aside, cubic over `_compact`'s loop (issue 27)."""
-    last = None
-    for last in _ASIDE.finditer(text):
-        pass
-    return text if last is None else text[:last.start()] + text[last.end():]
+def _last_aside(text: str, end: int) -> tuple[int, int] | None:
+    """(start, end) of the last bracketed aside of `text` (one line) that closes before `end`, the spaces
+    before it included, or None. Found from the end with `rfind`: a regex for "an aside with none after
+    it" rescanned the rest of the line from every aside, cubic over `_compact`'s loop (issue 27)."""
+    while True:
+        close = max(text.rfind(")", 0, end), text.rfind("]", 0, end))
+        if close < 0:
+            return None
+        before = max(text.rfind(c, 0, close) for c in "()[]")
+        if before >= 0 and text[before] in "([":
+            start = before
+            while start and text[start - 1].isspace():
+                start -= 1
+            return start, close + 1
+        end = close
 
 
 def _compact(text: str, limit: int) -> str:
     """`text` within `limit` characters: bracketed asides dropped from the end, then its middle (the
     head and the end kept, cut at words)."""
+    end = len(text)
     while len(text) > limit:
-        shorter = _without_last_aside(text)
-        if shorter == text:
+        aside = _last_aside(text, end)
+        if aside is None:
             break
-        text = shorter
+        start, stop = aside
+        # after the cut, only the tail's first bracket can close a new aside: those after it did not
+        first = min((i for i in (text.find(c, stop) for c in "()[]") if i >= 0), default=None)
+        end = start if first is None else start + (first - stop) + 1
+        text = text[:start] + text[stop:]
     if len(text) <= limit:
         return text
     # the head says what, the end of a state change says how it ended (`has entered the DOWN state.`)
