@@ -18,7 +18,8 @@ from typing import Any
 from worker.dispatch import Backpressure
 from worker.engine.errors import ContextTooLong
 from worker.facts import extract_facts
-from worker.summarizer.pieces import RecordTooLong, body_for_pieces, plan_chunk_prompts, plan_merge, select_within_cap
+from worker.summarizer.pieces import (SURELY_OVER_CHARS_PER_TOKEN, RecordTooLong, body_for_pieces, plan_chunk_prompts,
+                                      plan_merge, select_within_cap)
 
 # Pieces of one long record in the engine at once: enough to keep a bin busy beside other work,
 # few enough that a long record never fills the dispatcher's queue ahead of newer records.
@@ -105,15 +106,20 @@ class LongRecords:
         Raises RecordTooLong (over the cap, policy dead_letter) or ContextTooLong."""
         record = req.record
         body = body_for_pieces(record)
-        lines = body.splitlines()  # one batch call counts every line: per-line calls cost ~100x more
+        lines = body.splitlines()
+        surely_over = self.max_record_tokens is not None and \
+            len(body) > SURELY_OVER_CHARS_PER_TOKEN * self.max_record_tokens
+        # One batch call counts every line (per-line calls cost ~100x more), unless the body is surely
+        # over the cap: then only the lines its selection takes are counted.
         counts = dict(zip(lines, map(len, self.tokenizer(lines, add_special_tokens=False)["input_ids"]))) \
-            if lines else {}
+            if lines and not surely_over else {}
 
         def count_tokens(text: str) -> int:
             n = counts.get(text)
             return n if n is not None else len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-        if self.max_record_tokens is not None and sum(counts.values()) + len(lines) > self.max_record_tokens:
+        if surely_over or self.max_record_tokens is not None and \
+                sum(counts.values()) + len(lines) > self.max_record_tokens:
             if self.over_cap == "dead_letter":
                 raise RecordTooLong(f"record {record.id!r}: its body is over the work cap of "
                                     f"{self.max_record_tokens} tokens")

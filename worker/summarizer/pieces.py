@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from worker.engine.errors import ContextTooLong
+from worker.facts.bounds import MAX_FACT_LINE_CHARS
 from worker.messages import Facts, TelemetryRecord
 from worker.prompts import (build_chunk_messages, build_merge_messages, compress_repeats, render_body,
                             split_into_chunks)
@@ -49,8 +50,26 @@ class Selection:
 
 
 def body_for_pieces(record: TelemetryRecord) -> str:
-    """The body as the pieces see it: rendered, repeats collapsed."""
-    return compress_repeats(render_body(record))
+    """The body as the pieces see it: rendered, repeats collapsed, and lines longer than
+    MAX_PIECE_LINE_CHARS wrapped (a piece would split them by characters anyway; whole, one line of
+    50 MB is tokenised in one call that holds gigabytes)."""
+    return wrap_long_lines(compress_repeats(render_body(record)), MAX_PIECE_LINE_CHARS)
+
+
+# Characters of one line the planner tokenises at once (the facts read as many, worker.facts.bounds).
+MAX_PIECE_LINE_CHARS = MAX_FACT_LINE_CHARS
+# A body this many times longer in characters than the work cap in tokens is over it whatever its
+# tokens are (no token of the embedded vocabulary is this long): only the lines a selection takes
+# are counted, not every line of a body of hundreds of megabytes.
+SURELY_OVER_CHARS_PER_TOKEN = 16
+
+
+def wrap_long_lines(body: str, max_chars: int) -> str:
+    """`body` with each line longer than `max_chars` cut into lines of `max_chars`."""
+    if all(len(line) <= max_chars for line in body.splitlines()):
+        return body
+    return "\n".join(line[i:i + max_chars] if len(line) > max_chars else line
+                     for line in body.splitlines() for i in range(0, max(len(line), 1), max_chars))
 
 
 def select_within_cap(body: str, cap_tokens: int, count_tokens: CountTokens) -> Selection:

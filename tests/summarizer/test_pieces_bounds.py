@@ -1,0 +1,32 @@
+"""A record of one enormous line is planned within bounds: its lines are wrapped before they are
+tokenised, and a body surely over the work cap is selected from without counting every line."""
+
+from __future__ import annotations
+
+from worker.messages import TelemetryRecord
+from worker.summarizer.pieces import (MAX_PIECE_LINE_CHARS, SURELY_OVER_CHARS_PER_TOKEN, body_for_pieces,
+                                      select_within_cap, wrap_long_lines)
+
+
+def test_wrap_long_lines_cuts_only_long_lines_and_keeps_every_character():
+    body = "short\n" + "x" * 25 + "\n\nend"
+    wrapped = wrap_long_lines(body, 10)
+    assert wrapped.splitlines() == ["short", "x" * 10, "x" * 10, "x" * 5, "", "end"]
+    assert wrap_long_lines("a\nb", 10) == "a\nb"
+
+
+def test_one_line_of_megabytes_is_selected_from_without_tokenising_more_than_a_line_at_once():
+    cap = 4096
+    line = "<13>1 2026-12-01T14:39:12Z gnb-1 du_app - - - " + "link down on port 3 " * 200_000  # 4 MB
+    body = body_for_pieces(TelemetryRecord(id="r", kind="syslog", body=line))
+    assert max(map(len, body.splitlines())) <= MAX_PIECE_LINE_CHARS
+    assert len(body) > SURELY_OVER_CHARS_PER_TOKEN * cap  # the planner counts only what it selects
+    seen: list[int] = []
+
+    def count(text: str) -> int:
+        seen.append(len(text))
+        return len(text) // 4
+
+    selection = select_within_cap(body, cap, count)
+    assert max(seen) <= MAX_PIECE_LINE_CHARS + 16 and len(seen) < 50  # a line, or a template row ("3 x …")
+    assert "lines not shown" in selection.text and selection.description.startswith("over the work cap")
