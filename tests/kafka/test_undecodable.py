@@ -125,3 +125,31 @@ def test_batch_expanding_beyond_the_limit_is_answered_offset_by_offset_and_passe
     letters = [m for m in got if m.topic() == dlq]
     assert {dict(m.headers())["telesum-reason"] for m in letters} == {b"batch_too_large"}
     assert worker.consumer.oversized_batches == 1 and worker.consumer.stuck == {}
+
+
+def test_poll_rides_out_a_broker_restart_then_raises_after_the_outage_bound(monkeypatch):
+    from kafka.errors import KafkaConnectionError
+
+    from worker.kafka import clients
+    from worker.settings.kafka import KafkaSettings
+
+    class Unreachable:
+        def __init__(self) -> None:
+            self.down = True
+
+        def poll(self, timeout_ms):
+            if self.down:
+                raise KafkaConnectionError("111 ECONNREFUSED")
+            return {}
+
+    consumer = clients.Consumer(KafkaSettings())
+    consumer._client = client = Unreachable()
+    monkeypatch.setattr(clients.time, "sleep", lambda s: None)
+    assert consumer.poll(10) == [] and consumer.poll(10) == []  # a restart: nothing, no error
+    client.down = False
+    assert consumer.poll(10) == []
+    client.down = True
+    consumer.poll(10)
+    monkeypatch.setattr(clients, "BROKER_OUTAGE_S", 0.0)
+    with pytest.raises(KafkaConnectionError):  # gone for longer than the bound: the worker's own failure
+        consumer.poll(10)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
-from kafka.errors import KafkaTimeoutError
+from kafka.errors import KafkaConnectionError, KafkaTimeoutError
 from kafka.structs import MemberState, OffsetAndMetadata
 
 from worker.settings.kafka import KafkaSettings
@@ -17,6 +17,11 @@ from worker.kafka.codecs import limit_batch_size
 from worker.kafka.undecodable import StuckPartition, UndecodableBatch, isolate, oversized_batch
 
 log = logging.getLogger(__name__)
+
+# kafka-python 3 raises from poll() while the group coordinator cannot be reached: a broker restart or
+# a leader election takes seconds to a minute, so the worker polls on through that; an outage longer
+# than this is one its orchestrator should see as a failed process.
+BROKER_OUTAGE_S = 120.0
 
 Headers = list[tuple[str, bytes]]
 
@@ -47,6 +52,7 @@ class Consumer:
         self.stuck: dict[TopicPartition, StuckPartition] = {}  # paused at an undecodable batch
         self.undecodable_batches = 0                             # decode failures, retries included
         self.oversized_batches = 0                               # batches answered as batch_too_large
+        self._unreachable_since: float | None = None             # monotonic time poll first failed to connect
 
     def open(self, on_revoked: Callable[[set[TopicPartition]], None],
              on_assigned: Callable[[set[TopicPartition]], None]) -> None:
@@ -78,6 +84,9 @@ class Consumer:
         self._retry_stuck()
         try:
             batches = self.client.poll(timeout_ms=timeout_ms)
+            self._unreachable_since = None
+        except KafkaConnectionError as exc:  # a broker restarting: poll again, for a while
+            return self._on_unreachable(exc)
         except Exception as exc:
             oversized = oversized_batch(self.client, exc)
             if oversized:
@@ -97,6 +106,17 @@ class Consumer:
             log.info("partition %s[%d] decodes again from offset %d; no longer stuck", tp.topic, tp.partition,
                      self.stuck.pop(tp).offset)
         return [record for records in batches.values() for record in records]
+
+    def _on_unreachable(self, exc: KafkaConnectionError) -> list:
+        """Nothing, while the broker has been unreachable for less than BROKER_OUTAGE_S; then the error."""
+        now = time.monotonic()
+        if self._unreachable_since is None:
+            self._unreachable_since = now
+            log.warning("broker unreachable (%s); polling again for up to %.0f s", exc, BROKER_OUTAGE_S)
+        elif now - self._unreachable_since > BROKER_OUTAGE_S:
+            raise exc
+        time.sleep(0.2)  # kafka-python fails fast while no node answers: do not spin
+        return []
 
     def _on_undecodable(self, tp: TopicPartition, offset: int, exc: Exception) -> StuckPartition:
         self.undecodable_batches += 1
