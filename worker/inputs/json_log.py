@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from worker.facts.bounds import MAX_FACT_LINE_CHARS
 from worker.facts.loglines import parse_line
 from worker.inputs.base import Decoder, Item, Message, kafka_time, parse_json, require_bytes, text_value, \
     timestamp_text
@@ -113,7 +114,7 @@ class JsonLogDecoder(Decoder):
             return [InvalidRecord("empty_body", "the message field is empty")]
         host = text_value(self.field(event, "host"))
         timestamp = timestamp_text(self.field(event, "timestamp")) or kafka_time(message)
-        own = parse_line(text.splitlines()[0])
+        own = parse_line(text.splitlines()[0][:MAX_FACT_LINE_CHARS])
         if own is not None and own.host:  # the shipper forwarded a whole syslog line
             return [line_record(text, message, self.name, host=host or own.host, timestamp=timestamp)]
         app = text_value(self.field(event, "app"))

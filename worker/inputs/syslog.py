@@ -7,6 +7,7 @@ is accepted; a message holding several lines is one record.
 
 from __future__ import annotations
 
+from worker.facts.bounds import MAX_FACT_LINE_CHARS
 from worker.facts.common import iso_utc
 from worker.facts.loglines import parse_line
 from worker.control_chars import clean_text
@@ -22,7 +23,7 @@ def line_record(text: str, message: Message, fmt: str, index: int | None = None,
     text = clean_text(text)
     if not host or not timestamp:
         for raw in text.splitlines()[:8]:
-            line = parse_line(raw)
+            line = parse_line(raw[:MAX_FACT_LINE_CHARS])  # a header is at a line's start: no need to scan 50 MB
             if line is not None:
                 host = host or line.host
                 timestamp = timestamp or (iso_utc(line.time) if line.time is not None and line.year_known else None)
