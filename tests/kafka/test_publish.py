@@ -91,3 +91,41 @@ def test_dead_letter_request_without_a_reason_is_refused():
 
     with pytest.raises(ValueError, match="reason"):
         _request(1, b"x", "dead_letter", None)
+
+
+def test_transaction_stuck_after_a_broker_restart_reopens_the_producer_and_retries_its_answers():
+    from worker.kafka.clients import TransactionStuck
+    from worker.kafka.publish import TransactionalPublisher
+
+    class StuckOnce:
+        def __init__(self) -> None:
+            self.calls: list[str] = []
+            self.stuck = True
+
+        def begin_transaction(self):
+            self.calls.append("begin")
+
+        def send(self, topic, key, value, headers, on_error):
+            self.calls.append("send")
+
+        def send_offsets(self, offsets, group_metadata):
+            if self.stuck:
+                raise TransactionStuck("the transaction's send_offsets got no answer in 60000 ms")
+            self.calls.append(f"offsets {offsets}")
+
+        def commit_transaction(self):
+            self.calls.append("commit")
+
+        def reopen(self):
+            self.calls.append("reopen")
+            self.stuck = False
+
+    producer = StuckOnce()
+    publisher = TransactionalPublisher(producer, Answers("out", "dlq", "m", 1_000_000))
+    request = _request(4, b"{}")
+    publisher.stage(*publisher.answers.summary(request, Summary(id="r1", summary="s", model="m", prompt_tokens=1,
+                                                                output_tokens=1)))
+    assert publisher.commit({TP: 5}, None) is None  # stuck: nothing published, the answer stays staged
+    assert producer.calls[-1] == "reopen" and publisher.staged == 1 and publisher.aborts == 1
+    assert len(publisher.commit({TP: 5}, None)) == 1 and publisher.staged == 0
+    assert producer.calls[-2:] == [f"offsets {{{TP!r}: 5}}", "commit"]

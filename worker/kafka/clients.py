@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
-from kafka.errors import KafkaConnectionError, KafkaTimeoutError
+from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 from kafka.structs import MemberState, OffsetAndMetadata
 
 from worker.settings.kafka import KafkaSettings
@@ -186,6 +186,10 @@ class Consumer:
             self._client = None
 
 
+class TransactionStuck(KafkaError):
+    """A transactional request got no answer within the transaction timeout."""
+
+
 class Producer:
     """Idempotent producer with acks=all; transactional (settings.transactional_id) when the
     processing guarantee is exactly-once. Thread-safe, but transactions only from one thread."""
@@ -211,16 +215,37 @@ class Producer:
         self.client.begin_transaction()
 
     def send_offsets(self, offsets: dict[TopicPartition, int], group_metadata) -> None:
-        """Add the consumer's next offsets to the open transaction. Blocks."""
-        self.client.send_offsets_to_transaction(
-            {tp: OffsetAndMetadata(off, "", -1) for tp, off in offsets.items()}, group_metadata)
+        """Add the consumer's next offsets to the open transaction. Blocks, up to the transaction timeout."""
+        manager = self.client._transaction_manager
+        self._wait(manager.send_offsets_to_transaction(
+            {tp: OffsetAndMetadata(off, "", -1) for tp, off in offsets.items()}, group_metadata), "send_offsets")
 
     def commit_transaction(self) -> None:
-        """Flush the transaction's sends and commit it. Blocks; raises on any failed send."""
-        self.client.commit_transaction()
+        """Flush the transaction's sends and commit it. Blocks, up to the transaction timeout; raises on
+        any failed send."""
+        self._wait(self.client._transaction_manager.begin_commit(), "commit")
 
     def abort_transaction(self) -> None:
-        self.client.abort_transaction()
+        self._wait(self.client._transaction_manager.begin_abort(), "abort")
+
+    def _wait(self, result, what: str) -> None:
+        """kafka-python's own transactional calls wait without a bound; a request lost in a broker
+        restart then holds the worker forever (seen: send_offsets, minutes after the broker was back).
+        Raises TransactionStuck after transaction_timeout_ms, when the broker aborts it anyway."""
+        self.client._sender.wakeup()
+        if not result.wait(self.settings.transaction_timeout_ms):
+            raise TransactionStuck(f"the transaction's {what} got no answer in {self.settings.transaction_timeout_ms} ms")
+
+    def reopen(self) -> None:
+        """A new client with the same transactional id: its init_transactions fences the stuck one and
+        the broker aborts what that one left open. Exactly-once only."""
+        old, self._client = self._client, None
+        if old is not None:
+            try:
+                old.close(timeout_ms=0)
+            except Exception as exc:  # noqa: BLE001 - a client stuck mid-transaction: it is dropped anyway
+                log.warning("closing the stuck producer: %s", exc)
+        self.open()
 
     @property
     def client(self) -> KafkaProducer:

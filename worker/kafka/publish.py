@@ -26,7 +26,7 @@ from kafka import TopicPartition
 from kafka.errors import (CommitFailedError, InvalidProducerEpochError, KafkaError, MessageSizeTooLargeError,
                           ProducerFencedError)
 
-from worker.kafka.clients import Producer
+from worker.kafka.clients import Producer, TransactionStuck
 from worker.kafka.records import Output, Source, dead_letter_output, summary_output
 from worker.messages import ReasonCode, Summary
 
@@ -206,6 +206,11 @@ class TransactionalPublisher:
             self.producer.commit_transaction()
         except (ProducerFencedError, InvalidProducerEpochError) as exc:
             raise ProducerFenced(f"fenced by a newer producer with this transactional id: {exc}") from exc
+        except TransactionStuck as exc:  # lost in a broker restart: a new producer fences it, the broker aborts it
+            self.aborts += 1
+            log.warning("%s; reopening the producer, the answers go in the next transaction", exc)
+            self.producer.reopen()
+            return None
         except (CommitFailedError, KafkaError) as exc:  # abortable: e.g. a rebalance, a send that failed
             self._abort(exc, errors)
             return None
@@ -221,6 +226,9 @@ class TransactionalPublisher:
             self.producer.abort_transaction()
         except (ProducerFencedError, InvalidProducerEpochError) as fenced:
             raise ProducerFenced(f"fenced while aborting: {fenced}") from fenced
+        except TransactionStuck as stuck:
+            log.warning("%s; reopening the producer", stuck)
+            self.producer.reopen()
         for rid, error in errors.items():  # rebuild answers the broker refused as too large
             if too_large(error) and rid in self._staged and not self._staged[rid][0].compact:
                 request, output = self._staged[rid]
