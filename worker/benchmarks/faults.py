@@ -128,6 +128,10 @@ def _run(args: argparse.Namespace, kafka_sh) -> int:
     print(text)
     if args.out:
         args.out.write_text(text + "\n")
+        if args.stream == "hostile":
+            from worker.benchmarks.faults_report import hostile_chart
+
+            hostile_chart(report, args.out.with_suffix(".png"))
     bad = [s for s in report["scenarios"].values()
            if s["missing"] or (s["guarantee"] == "exactly-once" and s["duplicates"]) or s["native_aborts"]
            or s["worker_exits"]]

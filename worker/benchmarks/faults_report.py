@@ -49,3 +49,31 @@ def _describe(answer: tuple[str, bytes] | None, topics: tuple[str, str, str]) ->
 
 def _pct(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(values, q)), 3) if values else None
+
+
+def hostile_chart(report: dict, png: Path) -> None:
+    """The hostile stream's figures as a chart: inputs answered, missing and duplicated per scenario,
+    and the workers' resident memory, idle and peak, against the 1 GiB bound above idle."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scenarios = report["scenarios"]
+    fig, (counts, memory) = plt.subplots(1, 2, figsize=(10, 4))
+    names = list(scenarios)
+    for i, name in enumerate(names):
+        s = scenarios[name]
+        counts.bar([i - 0.25, i, i + 0.25], [s["answered"], len(s["missing"]), s["duplicates"]], width=0.25,
+                   color=["tab:green", "tab:red", "tab:orange"])
+    counts.set_xticks(range(len(names)), names)
+    counts.set_title("inputs: answered (green), missing (red), duplicated (orange)")
+    for i, name in enumerate(names):
+        m = scenarios[name].get("memory_mb") or {}
+        memory.bar([i - 0.2, i + 0.2], [m.get("idle", 0), m.get("peak", 0)], width=0.4, color=["tab:blue", "tab:purple"])
+        memory.axhline(m.get("idle", 0) + 1024, color="tab:red", linestyle=":")
+    memory.set_xticks(range(len(names)), names)
+    memory.set_title("worker RSS, MB: idle, peak (dotted: idle + 1 GiB)")
+    fig.suptitle(report["command"], fontsize=7)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
