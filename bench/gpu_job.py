@@ -228,8 +228,8 @@ def prefix_logits_check(loaded, prompts) -> dict:
             engine.step()
         original = engine.runner.prefill_bin
 
-        def capture(*a, _orig=original, _out=captured[reuse]):
-            logits = _orig(*a)
+        def capture(*a, _orig=original, _out=captured[reuse], **kw):
+            logits = _orig(*a, **kw)
             _out.append(logits.float().clone())
             return logits
 
