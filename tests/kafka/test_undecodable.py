@@ -136,6 +136,7 @@ def test_poll_rides_out_a_broker_restart_then_raises_after_the_outage_bound(monk
     class Unreachable:
         def __init__(self) -> None:
             self.down = True
+            self._fetcher = type("Fetcher", (), {"_next_in_line_exception_metadata": None})()
 
         def poll(self, timeout_ms):
             if self.down:
@@ -153,3 +154,33 @@ def test_poll_rides_out_a_broker_restart_then_raises_after_the_outage_bound(monk
     monkeypatch.setattr(clients, "BROKER_OUTAGE_S", 0.0)
     with pytest.raises(KafkaConnectionError):  # gone for longer than the bound: the worker's own failure
         consumer.poll(10)
+
+
+def test_a_decode_error_kafka_python_set_aside_is_taken_before_it_can_be_dropped():
+    # kafka-python keeps an error that followed returned records for its next poll, and drops it
+    # when that partition is paused by then, leaving a dead iterator in line to spin on.
+    from types import SimpleNamespace
+
+    from kafka.consumer.fetcher import ExceptionMetadata
+
+    from worker.kafka.undecodable import pending_decode_error
+
+    def _unpack_records():  # named as kafka-python's decoder frame
+        raise ValueError("Unknown frame descriptor")
+
+    try:
+        _unpack_records()
+    except ValueError as exc:
+        error = exc
+    tp = TopicPartition("in", 0)
+    in_line = SimpleNamespace(topic_partition=tp)
+    fetcher = SimpleNamespace(_next_in_line_exception_metadata=ExceptionMetadata(tp, 3, error),
+                              _next_partition_records=None, _paused_partition_records={tp: in_line})
+    client = SimpleNamespace(_fetcher=fetcher)
+    assert pending_decode_error(client) is error  # paused: put back in line and handed over
+    assert fetcher._next_partition_records is in_line and fetcher._paused_partition_records == {}
+    assert fetcher._next_in_line_exception_metadata is None and pending_decode_error(client) is None
+    other = SimpleNamespace(topic_partition=TopicPartition("in", 1))
+    fetcher._next_in_line_exception_metadata = ExceptionMetadata(tp, 3, error)
+    fetcher._next_partition_records = other
+    assert pending_decode_error(client) is None  # stale: its partition is no longer in line

@@ -14,7 +14,7 @@ from kafka.structs import MemberState, OffsetAndMetadata
 
 from worker.settings.kafka import KafkaSettings
 from worker.kafka.codecs import limit_batch_size
-from worker.kafka.undecodable import StuckPartition, UndecodableBatch, isolate, oversized_batch
+from worker.kafka.undecodable import StuckPartition, UndecodableBatch, isolate, oversized_batch, pending_decode_error
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,9 @@ class Consumer:
         max_batch_bytes comes back as one `OversizedBatchRecord` per offset (answered, not waited on)."""
         self._retry_stuck()
         try:
+            kept = pending_decode_error(self.client)
+            if kept is not None:  # kafka-python would drop it for a paused partition and spin
+                raise kept
             batches = self.client.poll(timeout_ms=timeout_ms)
             self._unreachable_since = None
         except KafkaConnectionError as exc:  # a broker restarting: poll again, for a while

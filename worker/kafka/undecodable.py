@@ -99,6 +99,28 @@ def _take_in_line(client: KafkaConsumer):
     return in_line
 
 
+def pending_decode_error(client: KafkaConsumer) -> BaseException | None:
+    """The decode error kafka-python set aside for its next poll, taken from it.
+
+    When a poll had returned records before the error, kafka-python keeps the error for the next
+    poll and raises it there only if that partition is still fetchable at the same position. A
+    partition paused meanwhile (backpressure) loses it, and its dead record iterator stays in line:
+    every later poll spins inside kafka-python on a generator that yields nothing (seen with the
+    hostile stream's decompression bombs). Taken here, it goes where a raised one goes. A stale one
+    (its partition no longer in line) is dropped. Only from the consumer's thread."""
+    fetcher = client._fetcher
+    kept = fetcher._next_in_line_exception_metadata
+    if kept is None:
+        return None
+    fetcher._next_in_line_exception_metadata = None
+    in_line = fetcher._next_partition_records or fetcher._paused_partition_records.get(kept.partition)
+    if in_line is None or in_line.topic_partition != kept.partition or not is_decode_error(kept.exception):
+        return None
+    fetcher._paused_partition_records.pop(kept.partition, None)
+    fetcher._next_partition_records = in_line
+    return kept.exception
+
+
 def oversized_batch(client: KafkaConsumer, exc: BaseException) -> list[OversizedBatchRecord] | None:
     """After `poll()` raised BatchTooLarge: one stand-in per offset of that batch from the first one not
     delivered, with the partition positioned after the batch. None for any other error (and for a
