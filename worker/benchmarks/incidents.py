@@ -27,6 +27,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
+from worker.benchmarks.incidents_broker import ves_bytes
 from worker.incidents.alarms import Alarm, alarm_from_record
 from worker.incidents.config import RoomConfig
 from worker.incidents.convert import element_name, rule_pairs, topology_pairs, type_name
@@ -37,8 +38,6 @@ from worker.messages import TelemetryRecord
 
 DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "alarms" / "25V_474N_Microwave"
 BIG_INCIDENT = 500
-# The data set's times are seconds from its start; as VES epochs they need a base (2027-01-15 08:00 UTC).
-VES_BASE_EPOCH = 1_800_000_000.0
 SNAPSHOT_EVERY = 5000
 # One setting changed at a time from the defaults (not a search: the defaults stay as chosen).
 SWEEP = [("idle_s", 300.0), ("idle_s", 900.0), ("idle_s", 14400.0), ("window_s", 60.0), ("window_s", 900.0),
@@ -114,21 +113,12 @@ def replay(config: RoomConfig, rows: np.ndarray) -> dict:
             "events": events, "open_delay_s": open_delay, "merged": len(merged)}
 
 
-def ves_path(config: RoomConfig, rows: np.ndarray, base_epoch: float, snapshot_every: int) -> dict:
+def ves_path(config: RoomConfig, rows: np.ndarray, snapshot_every: int) -> dict:
     """What the worker will do per alarm, minus Kafka: decode a bare VES fault event (JSON bytes, as
-    ONAP's collector publishes it), read its alarm, place it, encode the events as JSON; snapshots of
-    the room every `snapshot_every` alarms (their size and cost: one message on a compacted topic)."""
-    bodies = []
-    for i, (a, d, t) in enumerate(rows[:, :3].tolist()):
-        micros = int((base_epoch + t) * 1e6)
-        bodies.append(msgspec.json.encode({"event": {
-            "commonEventHeader": {"domain": "fault", "eventId": f"fault{i}", "eventName": f"Fault_{type_name(a)}",
-                                  "sourceName": element_name(d), "reportingEntityName": "bench",
-                                  "startEpochMicrosec": micros, "lastEpochMicrosec": micros, "priority": "High",
-                                  "sequence": i, "version": "4.1", "vesEventListenerVersion": "7.2.1"},
-            "faultFields": {"alarmCondition": type_name(a), "eventSeverity": "MAJOR", "eventSourceType": "bench",
-                            "faultFieldsVersion": "4.0", "specificProblem": f"alarm {type_name(a)}",
-                            "vfStatus": "Active"}}}))
+    ONAP's collector publishes it, written as the broker bench sends it), read its alarm, place it,
+    encode the events as JSON; snapshots of the room every `snapshot_every` alarms (their size and
+    cost: one message on a compacted topic)."""
+    bodies = [ves_bytes(i, a, d, t) for i, (a, d, t) in enumerate(rows[:, :3].tolist())]
     room = IncidentRoom(config)
     encoder = msgspec.json.Encoder()
     sizes, costs, out_bytes = [], [], 0
@@ -315,8 +305,7 @@ def run(args: argparse.Namespace) -> int:
                                                             "idle_s", "update_interval_s")},
         "results": results,
     }
-    report["ves_path_topology_rules"] = ves_path(RoomConfig(topology=topology, rules=rules), rows, VES_BASE_EPOCH,
-                                                 SNAPSHOT_EVERY)
+    report["ves_path_topology_rules"] = ves_path(RoomConfig(topology=topology, rules=rules), rows, SNAPSHOT_EVERY)
     if sweep:
         report["sweep_topology_rules"] = sweep
     text = json.dumps(report, indent=2) + "\n"

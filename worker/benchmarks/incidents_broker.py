@@ -30,6 +30,7 @@ import numpy as np
 from worker.incidents.convert import convert, element_name, type_name
 from worker.incidents.graph import Topology
 
+# The data set's times are seconds from its start; as VES epochs they need a base (2027-01-15 08:00 UTC).
 VES_BASE_EPOCH = 1_800_000_000.0
 PARTITIONS = 4
 # The worker's commit (and transaction) interval: an `open` goes out at most this long after it is made.
