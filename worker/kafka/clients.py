@@ -197,6 +197,9 @@ class Producer:
     """Idempotent producer with acks=all; transactional (settings.transactional_id) when the
     processing guarantee is exactly-once. Thread-safe, but transactions only from one thread."""
 
+    LINGER_MS = 5             # a few ms of batching; summaries come out in bursts
+    BATCH_BYTES: int | None = None  # None: kafka-python's default batch size
+
     def __init__(self, settings: KafkaSettings) -> None:
         self.settings = settings
         self._client: KafkaProducer | None = None
@@ -206,10 +209,12 @@ class Producer:
         s = self.settings
         extra = {"transactional_id": s.transactional_id, "transaction_timeout_ms": s.transaction_timeout_ms} \
             if s.exactly_once else {}
+        if self.BATCH_BYTES is not None:
+            extra["batch_size"] = min(self.BATCH_BYTES, s.max_request_size)
         self._client = KafkaProducer(
             **s.security_config, acks="all", enable_idempotence=True,
             max_request_size=s.max_request_size, delivery_timeout_ms=s.delivery_timeout_ms,
-            linger_ms=5, **extra)  # a few ms of batching; summaries come out in bursts
+            linger_ms=self.LINGER_MS, **extra)
         if s.exactly_once:
             self._client.init_transactions()
 
@@ -217,11 +222,14 @@ class Producer:
     def begin_transaction(self) -> None:
         self.client.begin_transaction()
 
-    def send_offsets(self, offsets: dict[TopicPartition, int], group_metadata) -> None:
-        """Add the consumer's next offsets to the open transaction. Blocks, up to the transaction timeout."""
+    def send_offsets(self, offsets: dict[TopicPartition, int], group_metadata,
+                     metadata: dict[TopicPartition, str] | None = None) -> None:
+        """Add the consumer's next offsets (with each one's commit metadata, if any) to the open
+        transaction. Blocks, up to the transaction timeout."""
         manager = self.client._transaction_manager
         self._wait(manager.send_offsets_to_transaction(
-            {tp: OffsetAndMetadata(off, "", -1) for tp, off in offsets.items()}, group_metadata), "send_offsets")
+            {tp: OffsetAndMetadata(off, (metadata or {}).get(tp, ""), -1) for tp, off in offsets.items()},
+            group_metadata), "send_offsets")
 
     def commit_transaction(self) -> None:
         """Flush the transaction's sends and commit it. Blocks, up to the transaction timeout; raises on

@@ -7,14 +7,13 @@ import logging
 from dataclasses import dataclass
 
 import msgspec
-from kafka import KafkaProducer, TopicPartition
+from kafka import TopicPartition
 from kafka.errors import CommitFailedError, InvalidProducerEpochError, KafkaError, ProducerFencedError
-from kafka.structs import OffsetAndMetadata
 
 from worker.facts import extract_facts
 from worker.incidents import alarm_from_record
 from worker.inputs import Message
-from worker.kafka.clients import Producer
+from worker.kafka.clients import Producer, TransactionStuck
 from worker.kafka.incident_partition import InputRef
 from worker.kafka.publish import ProducerFenced
 from worker.kafka.records import JSON, Output, Source, dead_letter_output
@@ -129,18 +128,25 @@ def commit_transaction(producer, consumer, batch: list[Out], offsets: dict[Topic
             o = out.output
             producer.send(o.topic, o.key, o.value, o.headers, lambda error: None)  # a failed send fails the commit
         if offsets:
-            producer.client.send_offsets_to_transaction(
-                {tp: OffsetAndMetadata(o, m, -1) for tp, (o, m) in offsets.items()}, consumer.group_metadata())
+            producer.send_offsets({tp: o for tp, (o, _) in offsets.items()}, consumer.group_metadata(),
+                                  metadata={tp: m for tp, (_, m) in offsets.items()})
         producer.commit_transaction()
         return True
     except (ProducerFencedError, InvalidProducerEpochError) as exc:
         raise ProducerFenced(f"incidents: fenced by a newer producer with this transactional id: {exc}") from exc
+    except TransactionStuck as exc:  # lost in a broker restart: a new producer fences it, the broker aborts it
+        log.warning("incidents: %s; reopening the producer", exc)
+        producer.reopen()
+        return False
     except (CommitFailedError, KafkaError) as exc:  # abortable: a rebalance, a send that failed
         log.warning("incidents: transaction aborted (%s: %s); retrying", type(exc).__name__, exc)
         try:
             producer.abort_transaction()
         except (ProducerFencedError, InvalidProducerEpochError) as fenced:
             raise ProducerFenced(f"incidents: fenced while aborting: {fenced}") from fenced
+        except TransactionStuck as stuck:
+            log.warning("incidents: %s; reopening the producer", stuck)
+            producer.reopen()
         return False
 
 
@@ -152,14 +158,3 @@ class IncidentProducer(Producer):
 
     LINGER_MS = 20          # what an `open` may wait at most before it is sent (at-least-once)
     BATCH_BYTES = 512 * 1024
-
-    def open(self) -> None:
-        s = self.settings
-        extra = {"transactional_id": s.transactional_id, "transaction_timeout_ms": s.transaction_timeout_ms} \
-            if s.exactly_once else {}
-        self._client = KafkaProducer(
-            **s.security_config, acks="all", enable_idempotence=True, max_request_size=s.max_request_size,
-            delivery_timeout_ms=s.delivery_timeout_ms, linger_ms=self.LINGER_MS,
-            batch_size=min(self.BATCH_BYTES, s.max_request_size), **extra)
-        if s.exactly_once:
-            self._client.init_transactions()
