@@ -219,3 +219,40 @@ def test_worker_sigkill_incident_only_at_least_once_no_alarm_in_no_incident(kafk
     finally:
         if worker.proc.poll() is None:
             worker.kill()
+
+
+def test_incident_loop_undecodable_batch_exit_drains_the_other_partitions_then_raises(kafka_bootstrap, topics,
+                                                                                    monkeypatch):
+    import kafka.codec
+    from kafka import TopicPartition
+
+    from tests.kafka.foreign import large_record, produce_foreign
+    from worker.kafka.undecodable import UndecodableBatch
+    from worker.samples import iter_generate
+
+    inp, out, dlq, incidents = topics(2)
+    produce_foreign(kafka_bootstrap, inp, [large_record(i, "p0a") for i in range(3)], partition=0)
+    produce_foreign(kafka_bootstrap, inp, [large_record(i, "p0z") for i in range(4)], "zstd", partition=0)
+    produce_foreign(kafka_bootstrap, inp, [r for r, _ in iter_generate(40, "storm")], partition=1)
+    monkeypatch.setattr(kafka.codec, "has_zstd", lambda: False)
+    kafka_settings = worker_settings(kafka_bootstrap, inp, out, dlq, processing_guarantee="exactly-once",
+                                     on_undecodable_batch="exit")
+    settings = IncidentSettings(topic=incidents, topology=STORM_TOPOLOGY, rules=STORM_RULES,
+                                update_interval_s=float(UPDATE_S))
+    loop = IncidentLoop(incident_kafka_settings(kafka_settings, settings), settings, RoomConfig.from_settings(settings))
+    raised: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            loop.run(threading.Event())
+        except UndecodableBatch as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive() and len(raised) == 1
+    assert (raised[0].stuck.tp, raised[0].stuck.offset) == (TopicPartition(inp, 0), 3)
+    assert loop.stats.drained_cleanly  # what was read before the stop went out in the last transaction
+    events = read_events(kafka_bootstrap, incidents, lambda e: False, wait_s=3)
+    assert not [k for k in listed(events) if k[0] == 0 and k[1] >= 3]  # nothing of the bad batch or after it

@@ -1,6 +1,7 @@
 """`telesum worker`'s incident loop (worker/kafka/incident_loop.py): built at start-up when
 TELESUM_INCIDENT_TOPIC is set, run in a thread beside the summarizing loop, or alone with
-TELESUM_INCIDENT_ONLY. A failure of the loop stops the whole worker (`stop` is set) with its exit code.
+TELESUM_INCIDENT_ONLY. A failure of the loop stops the whole worker (`stop` is set) with its exit code:
+the one the summaries loop exits with for the same failure (fenced 4, undecodable batch 6), else 1.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from worker.commands.exit_codes import EXIT_DEADLINE, EXIT_DRAINED, EXIT_FAILED, EXIT_FENCED
+from worker.commands.exit_codes import EXIT_DEADLINE, EXIT_DRAINED, EXIT_FAILED, EXIT_FENCED, EXIT_UNDECODABLE
 from worker.commands.startup import StartupError
 from worker.settings.sections import Settings
 
@@ -34,11 +35,14 @@ def build_incident_loop(settings: Settings, observer=None):
 
 
 def exit_code(loop, stats=None, error: BaseException | None = None) -> int:
-    """The worker's exit code for how the incident loop ended."""
+    """The worker's exit code for how the incident loop ended: the summaries loop's for the same end."""
     from worker.kafka.publish import ProducerFenced
+    from worker.kafka.undecodable import UndecodableBatch
 
     if isinstance(error, ProducerFenced):
         return EXIT_FENCED
+    if isinstance(error, UndecodableBatch):
+        return EXIT_UNDECODABLE
     if error is not None:
         return EXIT_FAILED
     return EXIT_DRAINED if stats is not None and stats.drained_cleanly else EXIT_DEADLINE

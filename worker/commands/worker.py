@@ -117,6 +117,9 @@ def _serve_incidents_only(incidents, ops, stop: threading.Event) -> int:
     except ProducerFenced as exc:
         log.error("%s; stopping (the other worker owns this transactional id's work now)", exc)
         return exit_code(incidents, error=exc)
+    except UndecodableBatch as exc:
+        log.error("%s; stopping (on_undecodable_batch=exit), the other partitions' work drained", exc)
+        return exit_code(incidents, error=exc)
     finally:
         if ops.server is not None:
             ops.server.close()

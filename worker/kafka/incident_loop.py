@@ -39,6 +39,7 @@ from worker.incidents.snapshot import restore as restore_room, snapshot
 from worker.kafka.incident_partition import InputRef, PartitionRoom, Restore
 from worker.kafka.incident_state import ensure_state_topic, read_states, state_key
 from worker.kafka.records import Output
+from worker.kafka.undecodable import UndecodableBatch
 from worker.messages import IncidentEvent
 from worker.settings.incidents import IncidentSettings
 from worker.settings.kafka import KafkaSettings
@@ -105,7 +106,8 @@ class IncidentLoop:
         self._resend = [item for item in self._resend if item[1].tp not in gone]
 
     def run(self, stop: threading.Event) -> IncidentStats:
-        """Serve until `stop` is set, then publish and commit what is ready, and close."""
+        """Serve until `stop` is set, then publish and commit what is ready, and close. An undecodable
+        batch with on_undecodable_batch "exit" does the same, then raises UndecodableBatch."""
         if self.incidents.state_topic and not self.state_topic:
             log.warning("incidents: the state topic needs exactly-once; open incidents are recomputed instead")
         if self.state_topic:
@@ -113,8 +115,12 @@ class IncidentLoop:
         self.consumer.open(self._on_revoked, self._on_assigned)
         self.producer.open()
         try:
-            while not stop.is_set():
-                self._step()
+            try:
+                while not stop.is_set():
+                    self._step()
+            except UndecodableBatch:  # the operator chose to stop (on_undecodable_batch "exit"): the others first
+                self._drain()
+                raise
             self._drain()
         finally:
             self.consumer.close()
