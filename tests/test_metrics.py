@@ -1,19 +1,20 @@
-"""WorkerMetrics: loop counters as deltas of WorkerStats, gauges from the loop's state, per-record
-timings and tokens from Summaries, dispatcher/engine sampling, the HTTP endpoint and the gpu label."""
+"""WorkerMetrics from the read-only snapshots: loop counters as deltas of the loop's counts, gauges from
+its queues and consumer, each partition's lag, per-record timings and tokens from Summaries, the
+Summarizer's counters, the HTTP endpoint and the gpu label."""
 
 from __future__ import annotations
 
+import dataclasses
 import urllib.request
-from types import SimpleNamespace
 
 import pytest
 import torch
-from kafka import TopicPartition
 
-from worker.kafka.loop import WorkerStats
-from worker.kafka.offsets import OffsetTracker
-from worker.messages import Summary, TelemetryRecord, Timings
-from worker.metrics import MeteredSummarizer, WorkerMetrics, gpu_label
+from tests.ops.helpers import loop_stats, summarizer_stats
+from worker.kafka.loop import PartitionStats, WorkerStats
+from worker.messages import Summary, Timings
+from worker.metrics import _STAT_COUNTERS, _SUMMARIZER_COUNTERS, WorkerMetrics, gpu_label
+from worker.summarizer.summarizer import SummarizerStats
 
 LABELS = {"gpu": "cpu", "worker": "w-1"}
 
@@ -22,32 +23,24 @@ def _value(metrics: WorkerMetrics, name: str, **extra) -> float | None:
     return metrics.registry.get_sample_value(name, {**LABELS, **extra})
 
 
-class _FakeLoop:
-    """What observe_loop reads from a KafkaWorker."""
-
-    def __init__(self) -> None:
-        self.stats = WorkerStats()
-        self.pending = (0, 0, 0)
-        self.tracker = OffsetTracker()
-        self.consumer = SimpleNamespace(paused=lambda: self.paused)
-        self.paused: set[TopicPartition] = set()
-
-
 def _summary(prompt: int, output: int, prefill: float, decode: float, hierarchical: bool = False) -> Summary:
     return Summary(id="x", summary="s", model="m", prompt_tokens=prompt, output_tokens=output,
                    hierarchical=hierarchical,
                    timings=Timings(queued_s=0.001, prefill_s=prefill, decode_s=decode, total_s=prefill + decode))
 
 
+def test_metrics_every_counter_reads_a_field_of_its_snapshot():
+    assert set(_STAT_COUNTERS) <= {f.name for f in dataclasses.fields(WorkerStats)}
+    assert set(_SUMMARIZER_COUNTERS) <= {f.name for f in dataclasses.fields(SummarizerStats)}
+
+
 def test_metrics_observe_loop_counters_follow_stats_deltas():
-    metrics, loop = WorkerMetrics("cpu", "w-1"), _FakeLoop()
-    loop.stats.consumed, loop.stats.summaries = 5, 3
-    loop.stats.reasons = {"invalid_json": 1}
-    metrics.observe_loop(loop)
-    metrics.observe_loop(loop)  # unchanged stats add nothing
-    loop.stats.consumed, loop.stats.summaries, loop.stats.commits = 9, 7, 2
-    loop.stats.reasons = {"invalid_json": 2, "empty_body": 1}
-    metrics.observe_loop(loop)
+    metrics = WorkerMetrics("cpu", "w-1")
+    counts = WorkerStats(consumed=5, summaries=3, reasons={"invalid_json": 1})
+    metrics.observe_loop(loop_stats(counts))
+    metrics.observe_loop(loop_stats(counts))  # unchanged stats add nothing
+    counts = WorkerStats(consumed=9, summaries=7, commits=2, reasons={"invalid_json": 2, "empty_body": 1})
+    metrics.observe_loop(loop_stats(counts))
     assert _value(metrics, "telesum_records_consumed_total") == 9
     assert _value(metrics, "telesum_summaries_published_total") == 7
     assert _value(metrics, "telesum_commits_total") == 2
@@ -56,15 +49,9 @@ def test_metrics_observe_loop_counters_follow_stats_deltas():
 
 
 def test_metrics_observe_loop_gauges_show_queues_partitions_and_commit_lag():
-    metrics, loop = WorkerMetrics("cpu", "w-1"), _FakeLoop()
-    a, b = TopicPartition("in", 0), TopicPartition("in", 1)
-    for tp in (a, b):
-        loop.tracker.assign(tp)
-    epoch = [loop.tracker.track(a, off) for off in range(4)][0]
-    loop.tracker.track(b, 10)
-    loop.tracker.mark_done(a, 0, epoch)  # offset 0 joins the done prefix: 3 + 1 records hold the commit
-    loop.pending, loop.paused = (2, 5, 1), {a}
-    metrics.observe_loop(loop)
+    metrics = WorkerMetrics("cpu", "w-1")
+    metrics.observe_loop(loop_stats(backlog=2, in_summarizer=5, unfinished_answers=1, assigned=2, paused=1,
+                                    commit_lag=4))
     assert _value(metrics, "telesum_backlog_records") == 2
     assert _value(metrics, "telesum_in_flight_records") == 5
     assert _value(metrics, "telesum_unacked_publishes") == 1
@@ -74,16 +61,27 @@ def test_metrics_observe_loop_gauges_show_queues_partitions_and_commit_lag():
 
 
 def test_metrics_undecodable_batches_counted_and_stuck_partitions_shown():
-    metrics, loop = WorkerMetrics("cpu", "w-1"), _FakeLoop()
-    loop.consumer.stuck, loop.consumer.undecodable_batches = {TopicPartition("in", 0): object()}, 1
-    metrics.observe_loop(loop)
-    loop.consumer.undecodable_batches = 3  # two failed retries
-    metrics.observe_loop(loop)
+    metrics = WorkerMetrics("cpu", "w-1")
+    stuck = [{"topic": "in", "partition": 0, "offset": 7}]
+    metrics.observe_loop(loop_stats(stuck=stuck, undecodable_batches=1))
+    metrics.observe_loop(loop_stats(stuck=stuck, undecodable_batches=3))  # two failed retries
     assert _value(metrics, "telesum_undecodable_batches_total") == 3
     assert _value(metrics, "telesum_stuck_partitions") == 1
-    loop.consumer.stuck = {}
-    metrics.observe_loop(loop)
+    metrics.observe_loop(loop_stats(undecodable_batches=3))
     assert _value(metrics, "telesum_stuck_partitions") == 0
+    assert _value(metrics, "telesum_undecodable_batches_total") == 3
+
+
+def test_metrics_observe_partitions_sets_lag_and_drops_a_revoked_partitions_series():
+    metrics = WorkerMetrics("cpu", "w-1")
+    metrics.observe_partitions((PartitionStats("in", 0, 3, True, 10), PartitionStats("in", 1, 0, False, None)))
+    assert _value(metrics, "telesum_consumer_lag_records", topic="in", partition="0") == 10
+    assert _value(metrics, "telesum_consumer_lag_records", topic="in", partition="1") is None  # log end unknown
+    assert metrics.partitions == {("in", 0): {"lag": 10, "in_flight": 3, "paused": True},
+                                  ("in", 1): {"lag": None, "in_flight": 0, "paused": False}}
+    metrics.observe_partitions((PartitionStats("in", 1, 0, False, 2),))
+    assert _value(metrics, "telesum_consumer_lag_records", topic="in", partition="0") is None
+    assert set(metrics.partitions) == {("in", 1)}
 
 
 def test_metrics_observe_results_timings_and_tokens_failures_skipped():
@@ -100,57 +98,27 @@ def test_metrics_observe_results_timings_and_tokens_failures_skipped():
     assert _value(metrics, "telesum_hierarchical_records_total") == 1
 
 
-class _FakeSummarizer:
-    def __init__(self) -> None:
-        self.submitted: list = []
-        self.results: list = []
-        self.dispatcher = SimpleNamespace(stats=lambda: dict(self.dispatch_stats))
-        self.engine = SimpleNamespace(num_unfinished=0)
-        self.dispatch_stats = {"queue_seqs": 3.0, "queue_tokens": 900.0, "fill_ratio": 0.8, "bins": 4.0,
-                               "tokens_packed": 5000.0, "pad_tokens": 40.0}
-
-    def submit(self, request_id, record) -> None:
-        self.submitted.append((request_id, record))
-
-    def poll(self, timeout: float):
-        out, self.results = self.results, []
-        return out
-
-
-def test_metered_summarizer_passes_through_and_measures():
-    metrics, inner = WorkerMetrics("cpu", "w-1"), _FakeSummarizer()
-    metered = metrics.watch_summarizer(inner)
-    assert isinstance(metered, MeteredSummarizer)
-    record = TelemetryRecord(id="r", kind="text", body="link down")
-    metered.submit("rid", record)
-    inner.results = [("rid", _summary(50, 5, 0.01, 0.02))]
-    assert metered.poll(0.0) == [("rid", _summary(50, 5, 0.01, 0.02))]
-    assert inner.submitted == [("rid", record)]
-    assert _value(metrics, "telesum_output_tokens_total") == 5
-
-
-def test_metrics_summarizer_sampled_queue_depth_and_bin_counters(monkeypatch):
-    monkeypatch.setattr("worker.metrics._SAMPLE_INTERVAL_S", 0.0)  # every loop step samples
-    metrics, inner = WorkerMetrics("cpu", "w-1"), _FakeSummarizer()
-    metrics.watch_summarizer(inner)
-    inner.engine.num_unfinished = 7
-    metrics.observe_loop(_FakeLoop())
+def test_metrics_summarizer_queue_depth_bin_counters_and_engine_busy():
+    metrics = WorkerMetrics("cpu", "w-1")
+    metrics.observe_summarizer(summarizer_stats(queue_seqs=3, queue_tokens=900, bin_fill_ratio=0.8, bins=4,
+                                                bin_real_tokens=5000, bin_pad_tokens=40, engine_sequences=7),
+                               elapsed_s=float("inf"))
     assert _value(metrics, "telesum_summarizer_queue_sequences") == 3
     assert _value(metrics, "telesum_summarizer_queue_tokens") == 900
     assert _value(metrics, "telesum_engine_sequences") == 7
+    assert _value(metrics, "telesum_engine_busy_ratio") == 1.0
     assert _value(metrics, "telesum_bin_fill_ratio") == pytest.approx(0.8)
     assert _value(metrics, "telesum_bins_total") == 4
-    inner.dispatch_stats.update(bins=6.0, pad_tokens=50.0)
-    metrics.observe_loop(_FakeLoop())
+    metrics.observe_summarizer(summarizer_stats(bins=6, bin_real_tokens=5000, bin_pad_tokens=50), elapsed_s=5.0)
     assert _value(metrics, "telesum_bins_total") == 6
     assert _value(metrics, "telesum_bin_pad_tokens_total") == 50
     assert _value(metrics, "telesum_bin_real_tokens_total") == 5000
+    assert _value(metrics, "telesum_engine_busy_ratio") == pytest.approx(0.5)  # idle for half the window
 
 
 def test_metrics_serve_http_exposes_labelled_series():
-    metrics, loop = WorkerMetrics("cpu", "w-1"), _FakeLoop()
-    loop.stats.consumed = 11
-    metrics.observe_loop(loop)
+    metrics = WorkerMetrics("cpu", "w-1")
+    metrics.observe_loop(loop_stats(WorkerStats(consumed=11)))
     port = metrics.serve(0, addr="127.0.0.1")
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     assert 'telesum_records_consumed_total{gpu="cpu",worker="w-1"} 11.0' in text
@@ -159,9 +127,7 @@ def test_metrics_serve_http_exposes_labelled_series():
 
 def test_metrics_two_instances_own_registries_count_apart():
     first, second = WorkerMetrics("0", "a"), WorkerMetrics("1", "b")  # same names: no duplicate error
-    loop = _FakeLoop()
-    loop.stats.consumed = 4
-    first.observe_loop(loop)
+    first.observe_loop(loop_stats(WorkerStats(consumed=4)))
     assert first.registry.get_sample_value("telesum_records_consumed_total", {"gpu": "0", "worker": "a"}) == 4
     assert second.registry.get_sample_value("telesum_records_consumed_total", {"gpu": "1", "worker": "b"}) == 0
 
@@ -183,17 +149,14 @@ def test_settings_metrics_port_out_of_range_raises():
     assert load_settings(None, {}).settings.http.metrics_port == 0  # off unless asked for
 
 
-def test_metrics_prefix_cache_hit_tokens_and_occupancy_sampled(monkeypatch):
-    monkeypatch.setattr("worker.metrics._SAMPLE_INTERVAL_S", 0.0)
-    metrics, inner = WorkerMetrics("cpu", "w-1"), _FakeSummarizer()
-    stats = {"hit_tokens": 300, "lookup_tokens": 1000, "occupancy": 0.25}
-    inner.prefix = SimpleNamespace(stats=lambda: dict(stats))
-    metrics.watch_summarizer(inner)
-    metrics.observe_loop(_FakeLoop())
+def test_metrics_prefix_cache_hit_tokens_and_occupancy_sampled():
+    metrics = WorkerMetrics("cpu", "w-1")
+    metrics.observe_summarizer(summarizer_stats(prefix_hit_tokens=300, prefix_lookup_tokens=1000,
+                                                prefix_occupancy=0.25), elapsed_s=1.0)
     assert _value(metrics, "telesum_prefix_hit_tokens_total") == 300
     assert _value(metrics, "telesum_prefix_lookup_tokens_total") == 1000
     assert _value(metrics, "telesum_prefix_cache_occupancy") == 0.25
-    stats.update(hit_tokens=800, lookup_tokens=2000, occupancy=0.5)
-    metrics.observe_loop(_FakeLoop())
+    metrics.observe_summarizer(summarizer_stats(prefix_hit_tokens=800, prefix_lookup_tokens=2000,
+                                                prefix_occupancy=0.5), elapsed_s=1.0)
     assert _value(metrics, "telesum_prefix_hit_tokens_total") == 800
     assert _value(metrics, "telesum_prefix_cache_occupancy") == 0.5

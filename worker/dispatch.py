@@ -8,6 +8,7 @@ the host-to-device copy that reads it has finished.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ UnknownSlot = _native.UnknownSlot                    # release() of a slot not h
 SequenceTooLong.reason = "too_long"                  # its dead letter's reason code
 
 _INT32_MIN, _INT32_MAX = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+bin_log = logging.getLogger("worker.bins")  # with debug logging on: one line per bin handed out
 
 
 @dataclass(frozen=True)
@@ -142,6 +144,10 @@ class BinDispatcher:
             return None
         slot, num_seqs, num_tokens, num_real = got
         s = self._slots[slot]
+        if bin_log.isEnabledFor(logging.DEBUG):
+            bin_log.debug("bin slot=%d seqs=%d tokens=%d real=%d fill=%.3f", slot, num_seqs, num_tokens, num_real,
+                          num_real / self.token_budget,
+                          extra={"bin_seqs": num_seqs, "bin_tokens": num_tokens, "bin_real_tokens": num_real})
         return PackedBin(slot, s.input_ids[:num_tokens], s.position_ids[:num_tokens],
                          s.cu_seqlens[:num_seqs + 1], s.seq_ids[:num_seqs], s.seq_lens[:num_seqs],
                          s.last_token_index[:num_seqs], num_real)

@@ -1,10 +1,10 @@
 """Prometheus metrics of one worker process, labelled by `gpu` (its device index, or "cpu") and `worker`.
 
-Three cheap feeds, all on the poll-loop thread:
-  - `observe_loop(worker)`, the KafkaWorker's observer hook after every step: counters as deltas
-    of its cumulative WorkerStats, gauges from its queues, consumer and offset tracker;
-  - `MeteredSummarizer.poll`: per-record timings and token counts from each Summary;
-  - the dispatcher's and engine's counters, sampled at most every `_SAMPLE_INTERVAL_S`.
+Fed by the one observer (worker/ops/observer.py) from the poll-loop thread, with read-only snapshots:
+  - `observe_loop`: the KafkaWorker's `stats()` after every step: counters as deltas of its cumulative
+    counts, gauges from its queues, consumer and offsets; `observe_partitions`: each partition's lag;
+  - `observe_results`: per-record timings and token counts from each Summary;
+  - `observe_summarizer`: the Summarizer's `stats()` (dispatcher, engine, prefix cache).
 Exposed over HTTP by `serve(port)`; each process has its own registry and port.
 """
 
@@ -13,16 +13,16 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Hashable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from worker.messages import Summary, TelemetryRecord
+from worker.messages import Summary
 
-# The engine's counters sit behind the GPU-loop thread's lock: sample them at most this often.
-_SAMPLE_INTERVAL_S = 0.25
-# Consumer lag needs a look at every assigned partition's position: once a second is plenty.
-_LAG_INTERVAL_S = 1.0
+if TYPE_CHECKING:  # the snapshots' types live above this layer
+    from worker.kafka.loop import LoopStats, PartitionStats
+    from worker.summarizer.summarizer import SummarizerStats
+
 # The engine-busy gauge is a moving average over about this many seconds of samples.
 _BUSY_WINDOW_S = 10.0
 # Per-record phase times: a few ms (short prompt on a GPU) up to minutes (hierarchical 50k tokens on CPU).
@@ -38,11 +38,13 @@ _STAT_COUNTERS = {
     "commits": ("telesum_commits", "offset commits"),
     "backpressure_pauses": ("telesum_backpressure_pauses", "times the worker paused its partitions"),
 }
-# dispatcher stats key -> cumulative counter (name, help)
-_DISPATCH_COUNTERS = {
+# SummarizerStats field -> cumulative counter (name, help)
+_SUMMARIZER_COUNTERS = {
     "bins": ("telesum_bins", "packed prefill bins"),
-    "tokens_packed": ("telesum_bin_real_tokens", "real tokens packed into bins"),
-    "pad_tokens": ("telesum_bin_pad_tokens", "alignment pad tokens in bins"),
+    "bin_real_tokens": ("telesum_bin_real_tokens", "real tokens packed into bins"),
+    "bin_pad_tokens": ("telesum_bin_pad_tokens", "alignment pad tokens in bins"),
+    "prefix_hit_tokens": ("telesum_prefix_hit_tokens", "prompt tokens served from the prefix cache (not prefilled)"),
+    "prefix_lookup_tokens": ("telesum_prefix_lookup_tokens", "prompt tokens looked up in the prefix cache"),
 }
 
 
@@ -85,7 +87,6 @@ class WorkerMetrics:
                            "input partitions paused at a batch that cannot be decoded (missing codec, corrupt)")
         self.undecodable = counter("telesum_undecodable_batches",
                                    "fetched batches that could not be decoded, retries included")
-        self._last_undecodable = 0
         self.commit_lag = gauge("telesum_commit_lag_records",
                                 "polled records not yet in a done prefix: what the commit position waits on")
         self.queue_seqs = gauge("telesum_summarizer_queue_sequences", "sequences waiting in the dispatcher")
@@ -100,10 +101,9 @@ class WorkerMetrics:
         # (topic, partition) -> {"lag", "in_flight", "paused"}; replaced whole, so readers on other
         # threads (the status page) see one consistent snapshot.
         self.partitions: dict[tuple[str, int], dict[str, int | bool | None]] = {}
-        self._last_lag = float("-inf")
         self._busy = 0.0
-        self._dispatch_counters = {key: counter(*spec) for key, spec in _DISPATCH_COUNTERS.items()}
-        self._last_dispatch: dict[str, float] = {}
+        self._summarizer_counters = {key: counter(*spec) for key, spec in _SUMMARIZER_COUNTERS.items()}
+        self._last_summarizer: dict[str, float] = {}
         self.queued_s = histogram("telesum_queue_seconds", "per record: submit to first prefill", _SECONDS_BUCKETS)
         self.prefill_s = histogram("telesum_prefill_seconds", "per record: prefill time", _SECONDS_BUCKETS)
         self.decode_s = histogram("telesum_decode_seconds", "per record: decode time", _SECONDS_BUCKETS)
@@ -113,14 +113,7 @@ class WorkerMetrics:
         self.prompt_size = histogram("telesum_prompt_tokens_per_record", "per record: prompt tokens",
                                      _TOKEN_BUCKETS)
         self.hierarchical = counter("telesum_hierarchical_records", "records summarised hierarchically")
-        self.prefix_hit_tokens = counter("telesum_prefix_hit_tokens",
-                                         "prompt tokens served from the prefix cache (not prefilled)")
-        self.prefix_lookup_tokens = counter("telesum_prefix_lookup_tokens",
-                                            "prompt tokens looked up in the prefix cache")
         self.prefix_occupancy = gauge("telesum_prefix_cache_occupancy", "share of the prefix cache's blocks in use")
-        self._last_prefix: dict[str, float] = {}
-        self._summarizer: Any = None
-        self._last_sample = float("-inf")
         self._incidents: _IncidentMetrics | None = None  # made when an incident loop first reports
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> int:
@@ -128,68 +121,43 @@ class WorkerMetrics:
         server, _thread = start_http_server(port, addr=addr, registry=self.registry)
         return server.server_port
 
-    def watch_summarizer(self, summarizer, *listeners) -> MeteredSummarizer:
-        """Wrap `summarizer` so its results are measured (and passed to each `listener(results)`,
-        e.g. the status page); its dispatcher/engine counters are sampled too."""
-        self._summarizer = summarizer
-        return MeteredSummarizer(summarizer, self, listeners)
-
     # -- feeds (poll-loop thread) ---------------------------------------------------------
-    def observe_loop(self, worker) -> None:
-        """The KafkaWorker observer: after every loop step. Only from the loop thread."""
-        stats = worker.stats
+    def observe_loop(self, stats: LoopStats) -> None:
+        """A KafkaWorker's `stats()`. Only from the loop thread."""
+        counts = stats.counts
         for key, child in self._stat_counters.items():
-            self._inc_delta(self._last_stats, key, getattr(stats, key), child)
-        for reason, count in stats.reasons.items():
+            self._inc_delta(self._last_stats, key, getattr(counts, key), child)
+        for reason, count in counts.reasons.items():
             self._inc_delta(self._last_stats, "reason:" + reason, count,
                             self._dead_letters.labels(reason=reason, **self.labels))
-        backlog, in_summarizer, unacked = worker.pending
-        self.backlog.set(backlog)
-        self.in_flight.set(in_summarizer)
-        self.unacked.set(unacked)
-        self.commit_lag.set(worker.tracker.in_flight())
-        self.assigned.set(len(worker.tracker.partitions()))
-        self.paused.set(len(worker.consumer.paused()))
-        self.stuck.set(len(getattr(worker.consumer, "stuck", ())))
-        undecodable = getattr(worker.consumer, "undecodable_batches", 0)
-        if undecodable > self._last_undecodable:
-            self.undecodable.inc(undecodable - self._last_undecodable)
-        self._last_undecodable = undecodable
-        now = time.monotonic()
-        if self._summarizer is not None and now - self._last_sample >= _SAMPLE_INTERVAL_S:
-            elapsed = now - self._last_sample
-            self._last_sample = now
-            self._sample_summarizer(self._summarizer, elapsed)
-        if now - self._last_lag >= _LAG_INTERVAL_S:
-            self._last_lag = now
-            self._sample_lag(worker)
+        self.backlog.set(stats.backlog)
+        self.in_flight.set(stats.in_summarizer)
+        self.unacked.set(stats.unfinished_answers)
+        self.commit_lag.set(stats.commit_lag)
+        self.assigned.set(stats.assigned)
+        self.paused.set(stats.consumer.paused)
+        self.stuck.set(len(stats.consumer.stuck))
+        self._inc_delta(self._last_stats, "undecodable", stats.consumer.undecodable_batches, self.undecodable)
 
-    def observe_incidents(self, loop) -> None:
-        """The incident loop's observer (worker/kafka/incident_loop.py). Only from that loop's thread."""
-        if self._incidents is None:
-            self._incidents = _IncidentMetrics(self.registry, self.labels)
-        self._incidents.observe(loop)
-
-    def _sample_lag(self, worker) -> None:
-        client = getattr(worker.consumer, "client", None)
-        paused = worker.consumer.paused()
+    def observe_partitions(self, partitions: tuple[PartitionStats, ...]) -> None:
+        """Each assigned partition's lag (`stats(lag=True)`); a revoked partition's series goes."""
         snapshot: dict[tuple[str, int], dict[str, int | bool | None]] = {}
-        for tp in sorted(worker.tracker.partitions()):
-            lag = None
-            highwater = client.highwater(tp) if client is not None else None
-            if highwater is not None:  # known after the first fetch, when the position is too
-                position = client.position(tp, timeout_ms=0)
-                if position is not None:
-                    lag = max(0, highwater - position) + worker.tracker.in_flight(tp)
-                    self._lag.labels(topic=tp.topic, partition=str(tp.partition), **self.labels).set(lag)
-            snapshot[(tp.topic, tp.partition)] = {"lag": lag, "in_flight": worker.tracker.in_flight(tp),
-                                                  "paused": tp in paused}
+        for p in partitions:
+            if p.lag is not None:
+                self._lag.labels(topic=p.topic, partition=str(p.partition), **self.labels).set(p.lag)
+            snapshot[(p.topic, p.partition)] = {"lag": p.lag, "in_flight": p.in_flight, "paused": p.paused}
         for key in set(self.partitions) - set(snapshot):  # revoked: its series would lie
             try:
                 self._lag.remove(*self.labels.values(), key[0], str(key[1]))
             except KeyError:
                 pass
         self.partitions = snapshot
+
+    def observe_incidents(self, loop) -> None:
+        """The incident loop's observer (worker/kafka/incident_loop.py). Only from that loop's thread."""
+        if self._incidents is None:
+            self._incidents = _IncidentMetrics(self.registry, self.labels)
+        self._incidents.observe(loop)
 
     def observe_results(self, results: list[tuple[Hashable, Summary | Exception]]) -> None:
         """Per-record timings and token counts of finished summaries (failures count as dead letters)."""
@@ -207,29 +175,19 @@ class WorkerMetrics:
             if result.hierarchical:
                 self.hierarchical.inc()
 
-    def _sample_summarizer(self, summarizer, elapsed_s: float) -> None:
-        dispatcher = getattr(summarizer, "dispatcher", None)
-        if dispatcher is not None:
-            stats = dispatcher.stats()
-            self.queue_seqs.set(stats.get("queue_seqs", 0.0))
-            self.queue_tokens.set(stats.get("queue_tokens", 0.0))
-            self.fill_ratio.set(stats.get("fill_ratio", 0.0))
-            for key, child in self._dispatch_counters.items():
-                if key in stats:
-                    self._inc_delta(self._last_dispatch, key, stats[key], child)
-        engine = getattr(summarizer, "engine", None)
-        if engine is not None:
-            active = engine.num_unfinished
-            self.engine_active.set(active)
-            weight = min(1.0, elapsed_s / _BUSY_WINDOW_S) if elapsed_s != float("inf") else 1.0
-            self._busy += weight * ((1.0 if active else 0.0) - self._busy)
-            self.engine_busy.set(self._busy)
-        prefix = getattr(summarizer, "prefix", None)
-        if prefix is not None:
-            stats = prefix.stats()
-            self._inc_delta(self._last_prefix, "hit_tokens", stats["hit_tokens"], self.prefix_hit_tokens)
-            self._inc_delta(self._last_prefix, "lookup_tokens", stats["lookup_tokens"], self.prefix_lookup_tokens)
-            self.prefix_occupancy.set(stats["occupancy"])
+    def observe_summarizer(self, stats: SummarizerStats, elapsed_s: float) -> None:
+        """The Summarizer's `stats()`, `elapsed_s` after the previous sample (inf for the first)."""
+        self.queue_seqs.set(stats.queue_seqs)
+        self.queue_tokens.set(stats.queue_tokens)
+        self.fill_ratio.set(stats.bin_fill_ratio)
+        for key, child in self._summarizer_counters.items():
+            self._inc_delta(self._last_summarizer, key, getattr(stats, key), child)
+        self.prefix_occupancy.set(stats.prefix_occupancy)
+        active = stats.engine_sequences
+        self.engine_active.set(active)
+        weight = min(1.0, elapsed_s / _BUSY_WINDOW_S)
+        self._busy += weight * ((1.0 if active else 0.0) - self._busy)
+        self.engine_busy.set(self._busy)
 
     @staticmethod
     def _inc_delta(last: dict, key: str, value: float, child) -> None:
@@ -237,32 +195,6 @@ class WorkerMetrics:
         if delta > 0:
             child.inc(delta)
         last[key] = value
-
-
-class MeteredSummarizer:
-    """The Summarizer's submit/poll interface, measuring each result on its way out."""
-
-    def __init__(self, inner, metrics: WorkerMetrics, listeners=()) -> None:
-        self.inner = inner
-        self.metrics = metrics
-        self.listeners = tuple(listeners)
-
-    @property
-    def max_seqs_per_bin(self) -> int:
-        return self.inner.max_seqs_per_bin
-
-    def submit(self, request_id: Hashable, record: TelemetryRecord) -> None:
-        """As the inner summarizer's `submit` (raises Backpressure when full)."""
-        self.inner.submit(request_id, record)
-
-    def poll(self, timeout: float) -> list[tuple[Hashable, Summary | Exception]]:
-        """As the inner summarizer's `poll`; every Summary is measured first."""
-        results = self.inner.poll(timeout)
-        if results:
-            self.metrics.observe_results(results)
-            for listener in self.listeners:
-                listener(results)
-        return results
 
 
 class _IncidentMetrics:

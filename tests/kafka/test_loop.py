@@ -35,8 +35,8 @@ def test_loop_backpressure_pauses_then_answers_every_id(kafka_bootstrap, make_to
     stop.set()
     thread.join(30)
     assert collections.Counter(answer_ids(got, out)) == collections.Counter(ids)
-    assert fake.backpressure_raised > 0 and worker.stats.backpressure_pauses > 0
-    assert worker.stats.drained_cleanly and worker.tracker.in_flight() == 0
+    assert fake.backpressure_raised > 0 and worker.counts.backpressure_pauses > 0
+    assert worker.counts.drained_cleanly and worker.tracker.in_flight() == 0
 
 
 def test_loop_rebalance_drops_revoked_work_and_loses_nothing(kafka_bootstrap, make_topic):
@@ -47,16 +47,16 @@ def test_loop_rebalance_drops_revoked_work_and_loses_nothing(kafka_bootstrap, ma
     first = KafkaWorker(_settings(kafka_bootstrap, inp, out, dlq, group), held, model_name="fake", max_in_flight=FAKE_IN_FLIGHT)
     stop_first, stop_second = threading.Event(), threading.Event()
     t1 = run_in_thread(first, stop_first)
-    wait_for(lambda: first.stats.consumed >= 40)
+    wait_for(lambda: first.counts.consumed >= 40)
     second = KafkaWorker(_settings(kafka_bootstrap, inp, out, dlq, group), GatedSummarizer(), model_name="fake", max_in_flight=FAKE_IN_FLIGHT)
     t2 = run_in_thread(second, stop_second)
     # The group rebalanced: the first member settled its smaller share, the second one reads.
-    wait_for(lambda: len(first.tracker.partitions()) == 2 and second.stats.consumed > 0)
+    wait_for(lambda: len(first.tracker.partitions()) == 2 and second.counts.consumed > 0)
     held.gate.set()
     got = consume(kafka_bootstrap, [out, dlq], lambda g: set(answer_ids(g, out)) >= set(ids))
     stop_first.set(), stop_second.set()
     t1.join(30), t2.join(30)
     assert set(answer_ids(got, out)) == set(ids)
     # Results for partitions it lost were not published; those it kept were (their position was kept).
-    assert first.stats.stale_dropped > 0 and first.stats.summaries > 0
-    assert first.stats.stale_dropped + first.stats.summaries == 40
+    assert first.counts.stale_dropped > 0 and first.counts.summaries > 0
+    assert first.counts.stale_dropped + first.counts.summaries == 40

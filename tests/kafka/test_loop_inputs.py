@@ -97,13 +97,13 @@ def test_loop_open_windows_are_answered_in_the_drain(kafka_bootstrap, make_topic
     worker = KafkaWorker(settings, fake, model_name="fake", max_in_flight=FAKE_IN_FLIGHT)
     stop = threading.Event()
     thread = run_in_thread(worker, stop)
-    wait_for(lambda: worker.stats.consumed == 5)
+    wait_for(lambda: worker.counts.consumed == 5)
     assert not fake.records  # the window is still open
     stop.set()
     thread.join(30)
     got = consume(kafka_bootstrap, [out], lambda g: len(g) >= 1, wait_s=10)
     assert len(got) == 1 and msgspec.json.decode(got[0].value)["id"] == f"gnb-1@{inp}:0:0-4"
-    assert worker.stats.drained_cleanly
+    assert worker.counts.drained_cleanly
     assert committed_offset(kafka_bootstrap, settings.group_id, TopicPartition(inp, 0)) == 5
 
 

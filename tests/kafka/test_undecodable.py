@@ -55,7 +55,7 @@ def test_undecodable_batch_pauses_its_partition_serves_the_others_and_resumes(
     thread.join(30)
     assert not raised
     assert collections.Counter(answered_ids(got, out)) == collections.Counter(ids0 + ids1)
-    assert worker.consumer.stuck == {} and worker.stats.dead_letters == 0
+    assert worker.consumer.stuck == {} and worker.counts.dead_letters == 0
     assert committed_offset(kafka_bootstrap, settings.group_id, bad) == len(ids0)
 
 
@@ -78,7 +78,7 @@ def test_corrupt_batch_is_reported_stuck_with_its_offset(kafka_bootstrap, two_pa
     stuck = worker.consumer.stuck[TopicPartition(inp, 0)]
     assert (stuck.offset, stuck.reason) == (3, "ValueError: Unknown frame descriptor")
     assert collections.Counter(answered_ids(got, out)) == collections.Counter(ids0[:3] + ids1)
-    assert not raised and worker.stats.drained_cleanly
+    assert not raised and worker.counts.drained_cleanly
 
 
 def test_undecodable_batch_exit_drains_the_other_partitions_then_raises(
@@ -94,7 +94,7 @@ def test_undecodable_batch_exit_drains_the_other_partitions_then_raises(
     thread.join(60)
     assert not thread.is_alive() and len(raised) == 1 and isinstance(raised[0], UndecodableBatch)
     assert (raised[0].stuck.tp, raised[0].stuck.offset) == (TopicPartition(inp, 0), 3)
-    assert worker.stats.drained_cleanly
+    assert worker.counts.drained_cleanly
     got = consume_committed(kafka_bootstrap, [out, dlq], lambda g: False, wait_s=5)
     answered = set(answered_ids(got, out))
     # What was read before the stop is answered and committed; nothing of the bad batch or after it.
@@ -118,7 +118,7 @@ def test_batch_expanding_beyond_the_limit_is_answered_offset_by_offset_and_passe
     wait_for(lambda: committed_offset(kafka_bootstrap, settings.group_id, bad) == len(ids0))
     stop.set()
     thread.join(30)
-    assert not raised and worker.stats.drained_cleanly
+    assert not raised and worker.counts.drained_cleanly
     answered = answered_ids(got, out)
     assert collections.Counter(answered) == collections.Counter(
         ids0[:3] + ids0[7:] + ids1 + [f"dlq@0:{offset}" for offset in range(3, 7)])

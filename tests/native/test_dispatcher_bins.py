@@ -149,3 +149,14 @@ def test_dispatcher_zero_timeout_peek_gets_pending_packed_before_the_cap(make_di
     d.submit(1, np.arange(10, dtype=np.int32), 1)  # handed out: no ask pending, the window holds it
     time.sleep(0.05)
     assert d.stats()["bins"] == 1
+
+
+def test_dispatcher_logs_one_debug_line_per_bin_handed_out(make_dispatcher, caplog) -> None:
+    d = make_dispatcher(256, alignment=16)
+    d.submit(1, np.arange(20, dtype=np.int32), 1)
+    with caplog.at_level("DEBUG", logger="worker.bins"):
+        b = d.next_bin(WAIT_S)
+    d.release(b.slot)
+    (line,) = [r for r in caplog.records if r.name == "worker.bins"]
+    assert (line.bin_seqs, line.bin_tokens, line.bin_real_tokens) == (1, 32, 20)  # 20 tokens aligned to 32
+    assert f"slot={b.slot} " in line.getMessage() and "fill=0.078" in line.getMessage()

@@ -7,10 +7,9 @@ import logging
 import time
 import urllib.error
 import urllib.request
-from types import SimpleNamespace
-
 import pytest
 
+from worker.kafka.loop import ConsumerStats
 from worker.metrics import WorkerMetrics
 from worker.ops.health import Health, tcp_reachable
 from worker.ops.logs import JsonFormatter, configure_logging
@@ -19,9 +18,8 @@ from worker.ops.status import StatusBoard
 from worker.settings.sections import LogSettings
 
 
-def _loop(assigned: int, stable: bool = True):
-    tracker = SimpleNamespace(partitions=lambda: set(range(assigned)))
-    return SimpleNamespace(tracker=tracker, consumer=SimpleNamespace(is_stable=lambda: stable))
+def _consumer(stable: bool = True, stuck=()) -> ConsumerStats:
+    return ConsumerStats(stable=stable, paused=0, stuck=tuple(stuck), undecodable_batches=0)
 
 
 def test_health_ready_only_when_every_check_holds():
@@ -30,11 +28,11 @@ def test_health_ready_only_when_every_check_holds():
     ok, body = h.readiness()
     assert not ok and body["checks"]["model_loaded"] is False and body["checks"]["partitions_assigned"] is False
     h.set_model_loaded()
-    h.observe_loop(_loop(0))
+    h.observe(0, _consumer())
     assert not h.readiness()[0]  # no partitions yet
-    h.observe_loop(_loop(2, stable=False))
+    h.observe(2, _consumer(stable=False))
     assert not h.readiness()[0]  # a rebalance is under way
-    h.observe_loop(_loop(2))
+    h.observe(2, _consumer())
     assert h.readiness() == (True, {"ready": True, "assigned_partitions": 2, "stuck_partitions": [], "checks": {
         "model_loaded": True, "partitions_assigned": True, "broker_reachable": True, "not_draining": True,
         "no_stuck_partitions": True}})
@@ -51,15 +49,12 @@ def test_health_stuck_partition_not_ready_and_named():
     h = Health(lambda: True, stall_after_s=60)
     h.set_model_loaded()
     stuck = StuckPartition(TopicPartition("ves", 3), 1200, "UnsupportedCodecError: zstd", time.time())
-    worker = _loop(4)
-    worker.consumer.stuck = {stuck.tp: stuck}
-    h.observe_loop(worker)
+    h.observe(4, _consumer(stuck=[stuck.describe()]))
     ok, body = h.readiness()
     assert not ok and body["checks"]["no_stuck_partitions"] is False
     assert [(s["topic"], s["partition"], s["offset"], s["reason"]) for s in body["stuck_partitions"]] == [
         ("ves", 3, 1200, "UnsupportedCodecError: zstd")]
-    worker.consumer.stuck = {}
-    h.observe_loop(worker)
+    h.observe(4, _consumer())
     assert h.readiness()[0]
 
 
@@ -67,7 +62,7 @@ def test_health_broker_unreachable_not_ready(monkeypatch):
     monkeypatch.setattr("worker.ops.health._BROKER_CHECK_TTL_S", 0.0)
     h = Health(lambda: tcp_reachable("127.0.0.1:1"), stall_after_s=60)
     h.set_model_loaded()
-    h.observe_loop(_loop(1))
+    h.observe(1, _consumer())
     ok, body = h.readiness()
     assert not ok and body["checks"]["broker_reachable"] is False
 
@@ -75,7 +70,7 @@ def test_health_broker_unreachable_not_ready(monkeypatch):
 def test_health_liveness_fails_when_the_loop_stalls():
     h = Health(lambda: True, stall_after_s=0.05)
     assert h.liveness()[0]  # loading: no loop yet, alive
-    h.observe_loop(_loop(1))
+    h.observe(1, _consumer())
     assert h.liveness()[0]
     time.sleep(0.1)
     ok, body = h.liveness()
@@ -107,7 +102,7 @@ def test_server_routes_token_and_headers(server):
     base, health = server
     assert _get(base + "/readyz")[0] == 503
     health.set_model_loaded()
-    health.observe_loop(_loop(1))
+    health.observe(1, _consumer())
     assert _get(base + "/readyz")[0] == 200 and _get(base + "/healthz")[0] == 200
     code, headers, body = _get(base + "/metrics")
     assert code == 200 and b"telesum_records_consumed_total" in body

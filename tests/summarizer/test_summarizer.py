@@ -395,3 +395,27 @@ def test_summarizer_work_enters_the_engine_only_from_the_feeder_thread(loaded):
     assert [x.id for x in summaries] == ["r1", "r2", "r3"] and summaries[1].hierarchical
     assert len(adders) > len(records)  # pieces and the merge came in too
     assert set(adders) == {"telesum-feeder"}
+
+
+def test_summarizer_stats_count_bins_tokens_and_prefix_hits_and_feed_every_metric(loaded):
+    """Through the native dispatcher the worker uses: a field the metrics read and stats() lacks fails here."""
+    from worker.metrics import WorkerMetrics
+
+    s = Summarizer(loaded, EngineSettings(max_new_tokens=MAX_NEW, max_record_tokens=0), Budgets(4096, 64, 32768, {}))
+    s.start()
+    try:
+        list(s.summarize_all([_record(0)]))  # fills the prefix cache
+        list(s.summarize_all([_record(i) for i in range(1, 4)]))
+        stats = s.stats()
+    finally:
+        s.close()
+    assert stats.bins >= 2 and stats.bin_real_tokens > 0 and 0 < stats.bin_fill_ratio <= 1  # warm-up bin + records
+    assert (stats.queue_seqs, stats.queue_tokens, stats.engine_sequences, stats.pending_records) == (0, 0, 0, 0)
+    assert stats.prefix_lookup_tokens > stats.prefix_hit_tokens > 0 and stats.prefix_occupancy > 0
+    metrics = WorkerMetrics("cpu", "w-1")
+    metrics.observe_summarizer(stats, elapsed_s=float("inf"))
+    value = lambda name: metrics.registry.get_sample_value(name, metrics.labels)  # noqa: E731
+    assert value("telesum_bins_total") == stats.bins
+    assert value("telesum_bin_real_tokens_total") == stats.bin_real_tokens
+    assert value("telesum_prefix_hit_tokens_total") == stats.prefix_hit_tokens
+    assert value("telesum_prefix_cache_occupancy") == stats.prefix_occupancy

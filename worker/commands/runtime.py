@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
 from typing import Any
 
 from worker.ops.logs import startup_phase as _startup_phase
@@ -15,7 +14,6 @@ from worker.settings.load import LoadedSettings
 from worker.settings.sections import EngineSettings
 
 log = logging.getLogger(__name__)
-bin_log = logging.getLogger("worker.bins")
 
 
 def startup_phase(name: str):
@@ -154,48 +152,11 @@ def budgets_for(loaded_settings: LoadedSettings, loaded) -> Budgets:
                            probe_budgets(loaded, device, loaded_settings.settings.engine, loaded_settings))
 
 
-class ObservedDispatcher:
-    """A BinDispatcher that calls `on_bin(bin)` for every bin it hands out (the engine is unchanged:
-    it sees the same interface). Thread-safe as the inner dispatcher; `on_bin` runs on the GPU loop."""
-
-    def __init__(self, inner, on_bin: Callable[[Any], None]) -> None:
-        self._inner = inner
-        self._on_bin = on_bin
-
-    def next_bin(self, timeout):
-        packed = self._inner.next_bin(timeout)
-        if packed is not None:
-            self._on_bin(packed)
-        return packed
-
-    def __getattr__(self, name: str):
-        return getattr(self._inner, name)
-
-
-def log_bin(token_budget: int) -> Callable[[Any], None]:
-    """The per-bin debug line: sequences, tokens, real tokens and fill of the bin's budget."""
-
-    def on_bin(packed) -> None:
-        tokens = int(packed.input_ids.shape[0])
-        bin_log.debug("bin slot=%d seqs=%d tokens=%d real=%d fill=%.3f", packed.slot,
-                      int(packed.seq_ids.shape[0]), tokens, packed.num_real_tokens,
-                      packed.num_real_tokens / token_budget,
-                      extra={"bin_seqs": int(packed.seq_ids.shape[0]), "bin_tokens": tokens,
-                             "bin_real_tokens": packed.num_real_tokens})
-    return on_bin
-
-
 def build_summarizer(engine: EngineSettings, budgets: Budgets, loaded, dispatcher=None, preprocessor=None):
     """The Summarizer both commands run, with the budgets in force and the engine's sampling.
-    With debug logging on, its dispatcher logs one line per bin. preprocessor: see start_preprocessor."""
+    preprocessor: see start_preprocessor."""
     from worker.summarizer.summarizer import Summarizer
 
-    if dispatcher is None and bin_log.isEnabledFor(logging.DEBUG):
-        from worker.dispatch import BinDispatcher
-
-        inner = BinDispatcher(budgets.token_budget, max_seqs_per_bin=budgets.max_seqs_per_bin,
-                              pad_id=loaded.tokenizer.pad_token_id or 0)
-        dispatcher = ObservedDispatcher(inner, log_bin(budgets.token_budget))
     return Summarizer(loaded, engine, budgets, dispatcher=dispatcher, preprocessor=preprocessor)
 
 

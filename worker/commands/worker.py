@@ -16,7 +16,6 @@ import os
 import signal
 import sys
 import threading
-from types import SimpleNamespace
 
 from worker.commands import supervisor
 from worker.commands.exit_codes import (EXIT_DEADLINE, EXIT_DRAINED, EXIT_FENCED, EXIT_MISSING_CODEC,
@@ -85,19 +84,21 @@ class _Ops:
 
     def observe_incidents(self, loop) -> None:
         """The incident loop's observer hook; alone (TELESUM_INCIDENT_ONLY) it is also the one health watches."""
+        from worker.kafka.loop import consumer_stats
+
         if self.metrics is not None:
             self.metrics.observe_incidents(loop)
         if self.loaded.settings.incidents.only:
-            self.health.observe_loop(SimpleNamespace(tracker=SimpleNamespace(partitions=loop.parts.keys),
-                                                     consumer=loop.consumer))
+            self.health.observe(len(loop.parts), consumer_stats(loop.consumer))
         if self.board is not None:
             self.board.observe_incidents(loop)
 
-    def observe_loop(self, worker) -> None:
-        self.metrics.observe_loop(worker)
-        self.health.observe_loop(worker)
-        if self.board is not None:
-            self.board.observe_loop(worker)
+    def observer(self, summarizer):
+        """The summarizing loop's one observer: metrics, health and the status page from its and the
+        Summarizer's stats()."""
+        from worker.ops.observer import Observer
+
+        return Observer(self.metrics, self.health, summarizer, self.board)
 
 
 def _serve_incidents_only(incidents, ops, stop: threading.Event) -> int:
@@ -171,10 +172,9 @@ def _serve(args: argparse.Namespace) -> int:
                       "budgets": budgets.describe(), "group": k.group_id,
                       "topics": f"{k.input_topic} -> {k.output_topic} (dead letters {k.dlq_topic})"})
     ops.health.set_model_loaded()
-    listeners = (ops.board.observe_results,) if ops.board is not None else ()
-    worker = KafkaWorker(k, ops.metrics.watch_summarizer(summarizer, *listeners), model_name=loaded.name,
+    worker = KafkaWorker(k, summarizer, model_name=loaded.name,
                          max_in_flight=in_flight_records(k, budgets.max_seqs_per_bin),
-                         observer=ops.observe_loop)
+                         observer=ops.observer(summarizer))
     incident_thread = IncidentThread(incidents) if incidents is not None else None
     if incident_thread is not None:
         incident_thread.start(stop)

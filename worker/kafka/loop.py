@@ -3,7 +3,8 @@
 Threads: the loop thread owns the consumer, the offset tracker and the Committer (`committer.py`:
 publishing answers and committing their offsets, at-least-once or exactly-once); the producer's I/O
 thread only queues acknowledgements there; the summarizer's own thread is reached through
-submit/poll.
+submit/poll. What the loop holds and has done is read through `KafkaWorker.stats()` (the observer
+calls it after every step), never from its parts.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from kafka import TopicPartition
@@ -28,7 +29,8 @@ from worker.settings.budgets import FULL_BINS_IN_FLIGHT
 from worker.settings.kafka import KafkaSettings
 from worker.messages import Summary, TelemetryRecord, failure_reason
 
-__all__ = ["KafkaWorker", "ProducerFenced", "RequestId", "WorkerStats"]
+__all__ = ["ConsumerStats", "KafkaWorker", "LoopStats", "PartitionStats", "ProducerFenced", "RequestId",
+           "WorkerStats", "consumer_stats"]
 
 log = logging.getLogger(__name__)
 # While the summarizer holds work, the consumer poll is short so results are published promptly.
@@ -38,9 +40,12 @@ _BUSY_POLL_MS = 5
 _REJOIN_POLL_MS = 1000
 
 
+Results = list[tuple[Hashable, Summary | Exception]]
+
+
 class SummarizerLike(Protocol):
     def submit(self, request_id: Hashable, record: TelemetryRecord) -> None: ...
-    def poll(self, timeout: float) -> list[tuple[Hashable, Summary | Exception]]: ...
+    def poll(self, timeout: float) -> Results: ...
 
 
 @dataclass
@@ -58,6 +63,46 @@ class WorkerStats:
     reasons: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ConsumerStats:
+    """The consumer's side of a loop, read at one moment (`consumer_stats`)."""
+
+    stable: bool                 # the member is in a settled group (no rebalance under way)
+    paused: int                  # partitions paused: backpressure, the drain, or a stuck batch
+    stuck: tuple[dict, ...]      # StuckPartition.describe() of each partition paused at an undecodable batch
+    undecodable_batches: int     # fetched batches that could not be decoded, retries included
+
+
+def consumer_stats(consumer: Consumer) -> ConsumerStats:
+    """`consumer`'s facts now (also the incident loop's, for health). Only from its owning thread."""
+    return ConsumerStats(stable=consumer.is_stable(), paused=len(consumer.paused()),
+                         stuck=tuple(s.describe() for s in consumer.stuck.values()),
+                         undecodable_batches=consumer.undecodable_batches)
+
+
+@dataclass(frozen=True)
+class PartitionStats:
+    topic: str
+    partition: int
+    in_flight: int               # polled, not yet in the done prefix
+    paused: bool
+    lag: int | None              # log end minus the done position; None until a fetch told the log end
+
+
+@dataclass(frozen=True)
+class LoopStats:
+    """What a KafkaWorker holds and has done, read at one moment (`KafkaWorker.stats()`)."""
+
+    counts: WorkerStats          # a copy of the loop's counters
+    backlog: int                 # records waiting for summarizer room or in open log windows
+    in_summarizer: int           # records inside the summarizer
+    unfinished_answers: int      # answers not yet acknowledged (exactly-once: not yet committed)
+    commit_lag: int              # polled records not yet in a done prefix: what the commit position waits on
+    assigned: int                # partitions this member holds
+    consumer: ConsumerStats
+    partitions: tuple[PartitionStats, ...] | None  # with their lag: only from stats(lag=True)
+
+
 def in_flight_records(settings: KafkaSettings, max_seqs_per_bin: int) -> int:
     """The records a worker keeps inside its summarizer: `max_in_flight`, else full bins of them, so
     one bin decodes while the next is packed."""
@@ -70,19 +115,21 @@ class KafkaWorker:
 
     def __init__(self, settings: KafkaSettings, summarizer: SummarizerLike, model_name: str, *, max_in_flight: int,
                  consumer: Consumer | None = None, producer: Producer | None = None,
-                 observer: Callable[[KafkaWorker], None] | None = None) -> None:
-        """max_in_flight: records inside the summarizer before partitions pause (`in_flight_records`)."""
+                 observer: Callable[[KafkaWorker, Results], None] | None = None) -> None:
+        """max_in_flight: records inside the summarizer before partitions pause (`in_flight_records`).
+        observer(worker, results): after every step, with the summarizer's results of that step, and once
+        after the drain; from the loop thread (worker/ops/observer.py reads `worker.stats()`)."""
         self.settings = settings
-        self.observer = observer  # e.g. metrics: called after every step, from the loop thread
+        self.observer = observer
         self.summarizer = summarizer
         self.model_name = model_name
         self.max_in_flight = max_in_flight
         self.consumer = consumer or Consumer(settings)
         self.producer = producer or Producer(settings)
         self.tracker = OffsetTracker()
-        self.stats = WorkerStats()
+        self.counts = WorkerStats()  # cumulative; the Committer counts into it too
         self.answers = Answers(settings.output_topic, settings.dlq_topic, model_name, settings.max_request_size)
-        self.committer = Committer(settings, self.consumer, self.producer, self.answers, self.tracker, self.stats)
+        self.committer = Committer(settings, self.consumer, self.producer, self.answers, self.tracker, self.counts)
         self.intake = Intake(settings, self._dead_letter)
         self._in_summarizer: dict[RequestId, Pending] = {}
         self._paused_by_us = False
@@ -125,11 +172,11 @@ class KafkaWorker:
                 raise
             self._drain()
             if self.observer is not None:
-                self.observer(self)
+                self.observer(self, [])
         finally:
             self.consumer.close()
             self.producer.close()
-        return self.stats
+        return self.counts
 
     def _step(self, fetch: bool) -> None:
         busy = bool(self._in_summarizer or self.committer.busy)
@@ -148,19 +195,36 @@ class KafkaWorker:
         else:
             self._submit_backlog()
             self._apply_backpressure()
-        if self._in_summarizer:
-            for rid, result in self.summarizer.poll(self.settings.poll_timeout_ms / 1000):
-                self._on_result(rid, result)
+        results = self.summarizer.poll(self.settings.poll_timeout_ms / 1000) if self._in_summarizer else []
+        for rid, result in results:
+            self._on_result(rid, result)
         self.committer.handle_acks()
         self.committer.maybe_commit(force=False, revoking=self._revoking)
         if self.observer is not None:
-            self.observer(self)
+            self.observer(self, results)
 
-    @property
-    def pending(self) -> tuple[int, int, int]:
-        """(records waiting for summarizer room or in open log windows, records in the summarizer, answers not yet
-        acknowledged or, exactly-once, not yet committed). Only from the loop thread."""
-        return self.intake.staged, len(self._in_summarizer), self.committer.unfinished
+    def stats(self, *, lag: bool = False) -> LoopStats:
+        """The loop's counters, queues and consumer facts now; lag=True also reads each partition's log
+        end and position (a look at every assigned partition: worth it about once a second).
+        Only from the loop thread."""
+        counts = replace(self.counts, reasons=dict(self.counts.reasons))
+        return LoopStats(counts=counts, backlog=self.intake.staged, in_summarizer=len(self._in_summarizer),
+                         unfinished_answers=self.committer.unfinished, commit_lag=self.tracker.in_flight(),
+                         assigned=len(self.tracker.partitions()), consumer=consumer_stats(self.consumer),
+                         partitions=self._partition_stats() if lag else None)
+
+    def _partition_stats(self) -> tuple[PartitionStats, ...]:
+        client, paused = self.consumer.client, self.consumer.paused()
+        out = []
+        for tp in sorted(self.tracker.partitions()):
+            in_flight, lag = self.tracker.in_flight(tp), None
+            highwater = client.highwater(tp)
+            if highwater is not None:  # known after the first fetch, when the position is too
+                position = client.position(tp, timeout_ms=0)
+                if position is not None:
+                    lag = max(0, highwater - position) + in_flight
+            out.append(PartitionStats(tp.topic, tp.partition, in_flight, tp in paused, lag))
+        return tuple(out)
 
     def _drain(self) -> None:
         """Stop fetching; finish and publish what the summarizer holds; commit the done prefix."""
@@ -183,8 +247,8 @@ class KafkaWorker:
         while self.committer.staged and time.monotonic() < deadline:
             time.sleep(0.1)  # an aborted last transaction: try again while the deadline allows
             self.committer.maybe_commit(force=True, revoking=self._revoking)
-        self.stats.drained_cleanly = not (self._in_summarizer or self.committer.busy or self.committer.staged)
-        log.info("drained (%s): %s", "clean" if self.stats.drained_cleanly else "deadline hit", self.stats)
+        self.counts.drained_cleanly = not (self._in_summarizer or self.committer.busy or self.committer.staged)
+        log.info("drained (%s): %s", "clean" if self.counts.drained_cleanly else "deadline hit", self.counts)
 
     def _accept(self, msg) -> None:
         tp = TopicPartition(msg.topic, msg.partition)
@@ -197,7 +261,7 @@ class KafkaWorker:
             self._forget({tp})
         items = self.intake.decode(msg)
         epoch = self.tracker.track(tp, msg.offset, parts=len(items))
-        self.stats.consumed += 1
+        self.counts.consumed += 1
         self.intake.stage(msg, epoch, items)
 
     def _forget(self, gone: set[TopicPartition]) -> None:
@@ -227,7 +291,7 @@ class KafkaWorker:
             unpaused = self.consumer.assignment() - self.consumer.paused()  # incl. newly assigned ones
             if unpaused:
                 self.consumer.pause(unpaused)
-                self.stats.backpressure_pauses += not self._paused_by_us
+                self.counts.backpressure_pauses += not self._paused_by_us
             self._paused_by_us = True
         elif self._paused_by_us:
             self.consumer.resume(self.consumer.assignment())
@@ -236,7 +300,7 @@ class KafkaWorker:
     def _on_result(self, rid: RequestId, result: Summary | Exception) -> None:
         pending = self._in_summarizer.pop(rid, None)
         if pending is None or not self.tracker.is_current(rid.tp, rid.epoch):
-            self.stats.stale_dropped += 1
+            self.counts.stale_dropped += 1
             return
         if isinstance(result, Exception):
             reason, message = failure_reason(result)

@@ -4,7 +4,7 @@ Ready: the model is loaded, the member holds partitions in a settled group, a bo
 accepts a connection, no drain has begun, and no partition is stuck at a batch it cannot decode
 (each stuck one is listed: topic, partition, offset, reason). Alive: the process answers and, once the poll loop
 has started, it stepped within the group's max poll interval (past that the group drops it anyway).
-The loop thread writes (`observe_loop`); the HTTP threads read.
+The loop thread writes (`observe`, from the observer); the HTTP threads read.
 """
 
 from __future__ import annotations
@@ -13,6 +13,10 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the consumer's facts are read in worker/kafka, above this layer
+    from worker.kafka.loop import ConsumerStats
 
 # A broker check's result is reused this long: probes come every few seconds from several places.
 _BROKER_CHECK_TTL_S = 2.0
@@ -51,14 +55,12 @@ class Health:
         with self._lock:
             self._model_loaded = True
 
-    def observe_loop(self, worker) -> None:
-        """The KafkaWorker observer hook. Only from the loop thread."""
-        assigned = len(worker.tracker.partitions())
-        stable = worker.consumer.is_stable()
-        stuck = [s.describe() for s in getattr(worker.consumer, "stuck", {}).values()]
+    def observe(self, assigned: int, consumer: ConsumerStats) -> None:
+        """A loop stepped: it holds `assigned` partitions, its consumer is as `consumer` says. Only from
+        that loop's thread."""
         with self._lock:
-            self._assigned, self._stable, self._last_step = assigned, stable, time.monotonic()
-            self._stuck = stuck
+            self._assigned, self._stable, self._last_step = assigned, consumer.stable, time.monotonic()
+            self._stuck = list(consumer.stuck)
 
     def liveness(self) -> tuple[bool, dict]:
         with self._lock:

@@ -1,7 +1,7 @@
 """What the live status page shows, as one JSON-ready snapshot.
 
-Fed from the poll-loop thread (`observe_loop`, `observe_results`), read by the HTTP threads
-(`snapshot`). Everything taken from records (ids, summaries, facts, dead-letter reasons) is data
+Fed from the poll-loop thread by the observer (`observe_loop`, `observe_results`), read by the HTTP
+threads (`snapshot`). Everything taken from records (ids, summaries, facts, dead-letter reasons) is data
 here, never markup: the page inserts it with `textContent` only.
 """
 
@@ -11,11 +11,15 @@ import collections
 import threading
 import time
 from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from worker.control_chars import clean_text
 from worker.messages import Summary
+
+if TYPE_CHECKING:  # the loop's snapshot type lives above this layer
+    from worker.kafka.loop import LoopStats
 
 # The page shows this many of the latest summaries.
 LATEST = 20
@@ -40,14 +44,14 @@ class StatusBoard:
         self._stats: dict = {}
         self._incidents: list[dict] | None = None  # open incidents, when the incident loop runs
 
-    def observe_loop(self, worker) -> None:
-        """The KafkaWorker observer hook. Only from the loop thread."""
-        s = worker.stats
+    def observe_loop(self, stats: LoopStats) -> None:
+        """A KafkaWorker's `stats()`. Only from the loop thread."""
+        s = stats.counts
         now = time.monotonic()
         with self._lock:
             self._stats = {"consumed": s.consumed, "summaries": s.summaries, "dead_letters": s.dead_letters,
                            "commits": s.commits, "reasons": dict(s.reasons),
-                           "in_flight": worker.pending[1], "backlog": worker.pending[0]}
+                           "in_flight": stats.in_summarizer, "backlog": stats.backlog}
             answered = s.summaries + s.dead_letters
             if not self._answered or self._answered[-1][1] != answered or now - self._answered[-1][0] > 1.0:
                 self._answered.append((now, answered))
@@ -64,7 +68,7 @@ class StatusBoard:
             self._incidents = rows
 
     def observe_results(self, results: list[tuple[Hashable, Summary | Exception]]) -> None:
-        """Finished summaries (a MeteredSummarizer listener). Only from the loop thread."""
+        """Finished summaries. Only from the loop thread."""
         rows = [_summary_row(r) for _, r in results if isinstance(r, Summary)]
         with self._lock:
             self._latest.extendleft(rows)

@@ -15,6 +15,7 @@ import queue
 import threading
 import time
 from collections.abc import Hashable, Iterable, Iterator
+from dataclasses import dataclass
 
 from worker.dispatch import Backpressure, BinDispatcher
 from worker.engine.engine import Engine
@@ -47,6 +48,24 @@ _JOIN_POLL_S = 0.05
 _PLAN_APART_CONTEXTS = 2
 # Records accepted but not yet handed to the engine, beyond which `submit` raises Backpressure.
 MAX_PENDING_RECORDS = 4096
+
+
+@dataclass(frozen=True)
+class SummarizerStats:
+    """What the Summarizer's parts hold and have done, read at one moment (`Summarizer.stats()`).
+    Counters count since start."""
+
+    queue_seqs: int              # sequences waiting in the dispatcher
+    queue_tokens: int            # their prompt tokens
+    bins: int                    # packed prefill bins
+    bin_real_tokens: int         # real tokens packed into bins
+    bin_pad_tokens: int          # alignment pads in bins
+    bin_fill_ratio: float        # mean share of a bin's token budget used
+    engine_sequences: int        # admitted to the engine, unfinished
+    pending_records: int         # submitted, not yet handed to the engine
+    prefix_hit_tokens: int       # prompt tokens served from the prefix cache (0 without one)
+    prefix_lookup_tokens: int    # prompt tokens looked up in it
+    prefix_occupancy: float      # share of its blocks in use
 
 
 class Summarizer:
@@ -282,6 +301,21 @@ class Summarizer:
     def poll(self, timeout: float) -> list[tuple[Hashable, Summary | Exception]]:
         """Finished requests since the last call, waiting up to `timeout` s for the first. Thread-safe."""
         return self.results.poll(timeout)
+
+    def stats(self) -> SummarizerStats:
+        """The dispatcher's, the engine's and the prefix cache's counters, read now (each part under
+        its own lock). After `start`; thread-safe."""
+        d = self.dispatcher.stats()
+        prefix = self.prefix.stats() if self.prefix is not None else {}
+        with self._lock:
+            pending = self._num_pending
+        return SummarizerStats(
+            queue_seqs=int(d["queue_seqs"]), queue_tokens=int(d["queue_tokens"]), bins=int(d["bins"]),
+            bin_real_tokens=int(d["tokens_packed"]), bin_pad_tokens=int(d["pad_tokens"]),
+            bin_fill_ratio=d["fill_ratio"], engine_sequences=self.engine.num_unfinished, pending_records=pending,
+            prefix_hit_tokens=int(prefix.get("hit_tokens", 0)),
+            prefix_lookup_tokens=int(prefix.get("lookup_tokens", 0)),
+            prefix_occupancy=prefix.get("occupancy", 0.0))
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
