@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.cli import main
+from worker.cli import COMMANDS, main
 from worker.commands.exit_codes import EXIT_SETTINGS
 
 
@@ -22,7 +22,8 @@ def test_exit_codes_a_bad_flag_or_input_exits_2(argv):
     assert main(argv) == EXIT_SETTINGS
 
 
-def test_exit_codes_an_unknown_flag_exits_2_as_argparse_does(capsys):
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_exit_codes_an_unknown_flag_exits_2_in_every_command(command, capsys):
     with pytest.raises(SystemExit) as exc:
-        main(["tail", "--no-such-flag"])
+        main([command, "--no-such-flag"])
     assert exc.value.code == EXIT_SETTINGS
