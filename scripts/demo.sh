@@ -4,6 +4,10 @@
 #   produce sample telemetry to a topic, run `telesum worker` on it, print each summary as it
 #   arrives (the worker's live status page and metrics are on http://127.0.0.1:$TELESUM_METRICS_PORT/status
 #   and /metrics meanwhile), then stop the worker (SIGTERM: drain and commit) and the broker.
+#   Beside it, an alarm storm (`telesum produce --profile storm`: dev-1's power loss and the 12 elements
+#   behind it, plus unrelated alarms far away) becomes its incidents: a second worker with
+#   TELESUM_INCIDENT_TOPIC (and TELESUM_INCIDENT_ONLY: no model, no per-alarm summaries, which would take
+#   the CPU minutes for 200 alarms) groups it, and the demo prints its open/update/resolve events.
 # Usage: scripts/demo.sh [COUNT]     (COUNT sample records, default 8)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,17 +19,21 @@ export TELESUM_DLQ_TOPIC="$RUN_ID.dlq" TELESUM_GROUP_ID="$RUN_ID"
 export TELESUM_MAX_NEW_TOKENS="${TELESUM_MAX_NEW_TOKENS:-64}"
 export TELESUM_METRICS_PORT="${TELESUM_METRICS_PORT:-9400}" TELESUM_BIND_ADDRESS="${TELESUM_BIND_ADDRESS:-127.0.0.1}"
 HTTP="http://127.0.0.1:$TELESUM_METRICS_PORT"
+ALARMS="$RUN_ID.alarms" INCIDENTS="$RUN_ID.incidents" STORM=200
 
 scripts/setup.sh
 PATH="$PWD/.venv/bin:$PATH"
 
 started_broker=0
 worker_pid=""
+incident_pid=""
 cleanup() {
-    if [ -n "$worker_pid" ] && kill -0 "$worker_pid" 2>/dev/null; then
-        kill -TERM "$worker_pid" 2>/dev/null || true
-        wait "$worker_pid" 2>/dev/null || true
-    fi
+    for pid in $worker_pid $incident_pid; do
+        if kill -0 "$pid" 2>/dev/null; then
+            kill -TERM "$pid" 2>/dev/null || true
+            wait "$pid" 2>/dev/null || true
+        fi
+    done
     if [ "$started_broker" = 1 ]; then scripts/kafka.sh stop || true; fi
 }
 trap cleanup EXIT
@@ -35,14 +43,15 @@ if ! scripts/kafka.sh status >/dev/null 2>&1; then
     started_broker=1
 fi
 
-echo "==> creating topics $RUN_ID.* (input with 3 partitions)"
-python - <<'PY'
-import os
+echo "==> creating topics $RUN_ID.* (inputs with 3 partitions)"
+python - "$ALARMS" "$INCIDENTS" <<'PY'
+import os, sys
 from kafka.admin import KafkaAdminClient, NewTopic
 admin = KafkaAdminClient(bootstrap_servers=os.environ["KAFKA_BOOTSTRAP_SERVERS"])
 admin.create_topics([NewTopic(os.environ["TELESUM_INPUT_TOPIC"], 3, 1),
                      NewTopic(os.environ["TELESUM_OUTPUT_TOPIC"], 1, 1),
-                     NewTopic(os.environ["TELESUM_DLQ_TOPIC"], 1, 1)])
+                     NewTopic(os.environ["TELESUM_DLQ_TOPIC"], 1, 1),
+                     NewTopic(sys.argv[1], 3, 1), NewTopic(sys.argv[2], 1, 1)])  # one partition: events in order
 admin.close()
 PY
 
@@ -54,6 +63,17 @@ mkdir -p .cache
 telesum worker >.cache/demo-worker.log 2>&1 &
 worker_pid=$!
 echo "==> status page: $HTTP/status   metrics: $HTTP/metrics   readiness: $HTTP/readyz"
+
+echo "==> an alarm storm: $STORM VES faults to $ALARMS, keyed by site; an incidents-only worker groups them"
+echo "    (topology and rules: docs/examples/storm-*.csv; log: .cache/demo-incidents.log)"
+telesum produce --profile storm --count "$STORM" --topic "$ALARMS"
+# An hour without an alarm resolves an incident by default; 20 s here so the demo sees its incidents end
+# (longer than the storm's gaps: 15 s between the unrelated alarms).
+TELESUM_INPUT_TOPIC="$ALARMS" TELESUM_DLQ_TOPIC="$ALARMS.dlq" TELESUM_GROUP_ID="$RUN_ID-storm" \
+TELESUM_METRICS_PORT=0 TELESUM_INCIDENT_TOPIC="$INCIDENTS" TELESUM_INCIDENT_ONLY=true \
+TELESUM_INCIDENT_TOPOLOGY=docs/examples/storm-topology.csv TELESUM_INCIDENT_RULES=docs/examples/storm-rules.csv \
+TELESUM_INCIDENT_IDLE_S=20 telesum worker >.cache/demo-incidents.log 2>&1 &
+incident_pid=$!
 
 echo "==> summaries as they arrive:"
 if ! telesum tail --count "$COUNT" --timeout 900; then
@@ -70,8 +90,33 @@ for line in text.splitlines():
                         "telesum_dead_letters_total", "telesum_bins_total", "telesum_bin_fill_ratio")):
         print("   ", line)
 PY
-echo "==> stopping the worker (drain and commit)"
-kill -TERM "$worker_pid"
+echo "==> the storm's incident events ($INCIDENTS; each resolves 20 s after its last alarm):"
+if ! python - "$INCIDENTS" <<'PY'; then
+import os, sys, time
+import msgspec
+from kafka import KafkaConsumer, TopicPartition
+from worker.incidents.text import console_lines
+from worker.messages import IncidentEvent
+consumer = KafkaConsumer(bootstrap_servers=os.environ["KAFKA_BOOTSTRAP_SERVERS"], group_id=None,
+                         auto_offset_reset="earliest", isolation_level="read_committed")
+consumer.assign([TopicPartition(sys.argv[1], 0)])
+opened, resolved, deadline = set(), set(), time.monotonic() + 120
+while not (opened and opened <= resolved) and time.monotonic() < deadline:
+    for batch in consumer.poll(timeout_ms=500).values():
+        for msg in batch:
+            event = msgspec.json.decode(msg.value, type=IncidentEvent)
+            (resolved if event.event == "resolve" else opened).add(event.incident_id)
+            print("\n".join("    " + line for line in console_lines(event)), flush=True)
+sys.exit(0 if opened and opened <= resolved else 1)
+PY
+    echo "demo: the storm's incidents did not all resolve in time; the incident worker's log follows" >&2
+    tail -n 40 .cache/demo-incidents.log >&2
+    exit 1
+fi
+echo "==> stopping the workers (drain and commit)"
+kill -TERM "$worker_pid" "$incident_pid"
 wait "$worker_pid"
 worker_pid=""
+wait "$incident_pid"
+incident_pid=""
 echo "==> done"

@@ -70,3 +70,23 @@ def build_event(incident: Incident, root: Alarm, reason: str, grouping: str, kin
         elements=sorted(incident.elements), counts=dict(incident.counts), alarms=incident.alarms,
         active=incident.active, first_time=iso(incident.first_time), last_time=iso(incident.last_time),
         inputs=inputs, correlatedNotifications=correlated, merged_into=merged_into, absorbed=absorbed)
+
+
+def console_lines(event: IncidentEvent) -> list[str]:
+    """An event as an operator's console lists it (`scripts/demo.sh`): one line of what changed, and for
+    an `open`, a `resolve` or a merge the grounded summary under it.
+    'update  inc-45cbbd72 #3   root A1 on dev-1   37 alarms on 13 elements (A1 1, A2 18, A3 18)   +18 inputs'."""
+    counts = ", ".join(f"{t} {n}" for t, n in sorted(event.counts.items()))
+    n_el = len(event.elements)
+    head = (f"{event.event:<8}{event.incident_id[:12]} #{event.sequence:<3} "
+            f"root {event.root_cause.alarm_type} on {event.root_cause.element}   "
+            f"{event.alarms} alarm{'s' if event.alarms != 1 else ''} on {n_el} element{'s' if n_el != 1 else ''} "
+            f"({counts})")
+    if event.inputs:
+        head += f"   +{len(event.inputs)} input{'s' if len(event.inputs) != 1 else ''}"
+    if event.absorbed:
+        head += f"   absorbed {', '.join(event.absorbed)}"
+    lines = [head]
+    if event.event != "update" or event.merged_into or event.absorbed:
+        lines.append(" " * 8 + event.summary)
+    return lines
