@@ -80,7 +80,7 @@ def test_incident_loop_storm_keyed_by_site_one_incident_rooted_at_the_faulty_ele
 def test_incident_loop_rebalance_to_a_second_member_every_alarm_listed_once(kafka_bootstrap, topics, run_loop,
                                                                            make_topic, state):
     inp, out, dlq, incidents = topics(4)
-    group, state_topic = f"g-{uuid.uuid4().hex}", make_topic("state") if state else None
+    group, state_topic = f"g-{uuid.uuid4().hex}", make_topic("state") if state else "none"
     produce_storm(kafka_bootstrap, inp, 300, key_by="element")
     run_loop(inp, out, dlq, incidents, group, worker_id="w0", state_topic=state_topic)
     read_events(kafka_bootstrap, incidents, lambda e: len(listed(e)) >= 60)
@@ -118,7 +118,7 @@ def test_incident_loop_alone_invalid_input_gets_its_dead_letter_and_is_committed
     group = f"g-{uuid.uuid4().hex}"
     produce(kafka_bootstrap, inp, [b"{not json", b'{"event": {"commonEventHeader": 7}}'])
     produce_storm(kafka_bootstrap, inp, 5)
-    run_loop(inp, out, dlq, incidents, group, only=True)
+    run_loop(inp, out, dlq, incidents, group, only=True, state_topic="none")
     letters = consume(kafka_bootstrap, [dlq], lambda g: len(g) >= 2)
     events = read_events(kafka_bootstrap, incidents, all_listed(5))
     assert sorted(int(dict(r.headers)["telesum-source-offset"]) for r in letters) == [0, 1]
@@ -150,6 +150,36 @@ def test_incident_loop_state_topic_commits_past_open_incidents_and_a_restart_goe
     assert [e["sequence"] for e in storm] == sorted({e["sequence"] for e in storm})  # no sequence sent twice
 
 
+def test_incident_loop_default_state_topic_after_commits_without_one_lists_every_input_once(kafka_bootstrap, topics,
+                                                                                           run_loop):
+    from kafka import TopicPartition
+    from kafka.admin import KafkaAdminClient
+
+    from tests.kafka.helpers import committed_offset
+
+    inp, out, dlq, incidents = topics(1)
+    group = f"g-{uuid.uuid4().hex}"
+    produce_storm(kafka_bootstrap, inp, 120)
+    run_loop(inp, out, dlq, incidents, group, state_topic="none")  # recomputing: the open storm holds the offset
+    read_events(kafka_bootstrap, incidents, all_listed(120))
+    time.sleep(1.0)  # a commit round after the last acknowledgement
+    run_loop.stop_all()
+    assert committed_offset(kafka_bootstrap, f"{group}-incidents", TopicPartition(inp, 0)) == 0
+    second = run_loop(inp, out, dlq, incidents, group, worker_id="w1")  # the default: a state topic
+    produce_storm(kafka_bootstrap, inp, 120)
+    events = read_events(kafka_bootstrap, incidents, all_listed(240))
+    time.sleep(1.0)
+    assert len(listed(events)) == 240 and set(listed(events).values()) == {1}
+    assert second.state_topic == f"{group}-incidents-state"
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    try:
+        assert second.state_topic in admin.list_topics()
+    finally:
+        admin.close()
+    # Rebuilt from the commit without a state topic, then every input committed with the snapshot.
+    assert committed_offset(kafka_bootstrap, f"{group}-incidents", TopicPartition(inp, 0)) == 240
+
+
 @pytest.mark.parametrize("state", [False, True], ids=["recomputed", "state-topic"])
 def test_worker_sigkill_incident_only_every_alarm_in_exactly_one_incident(kafka_bootstrap, topics, tokenizer_dir,
                                                                          tmp_path, monkeypatch, make_topic, state):
@@ -157,7 +187,7 @@ def test_worker_sigkill_incident_only_every_alarm_in_exactly_one_incident(kafka_
     group = f"g-{uuid.uuid4().hex}"
     extra = {"worker-id": "w0", "processing-guarantee": "exactly-once", "incident-topic": incidents,
              "incident-topology": STORM_TOPOLOGY, "incident-rules": STORM_RULES,
-             "incident-update-interval-s": UPDATE_S, **({"incident-state-topic": make_topic("state")} if state else {})}
+             "incident-update-interval-s": UPDATE_S, "incident-state-topic": make_topic("state") if state else "none"}
     monkeypatch.setenv("TELESUM_INCIDENT_ONLY", "true")  # a switch: no value on the command line
     produce_storm(kafka_bootstrap, inp, 400, key_by="element")
     worker = WorkerProcess(kafka_bootstrap, inp, out, dlq, group, tokenizer_dir, tmp_path / "w0.log", **extra)

@@ -107,3 +107,66 @@ def test_partition_room_wall_clock_tick_before_a_restart_decides_otherwise_yet_l
     assert {e.incident_id for e in again} < firsts  # the second life never names the first life's Z
     counts = collections.Counter(ref.offset for event in sent + again for ref in event.inputs)
     assert counts == {0: 1, 1: 1, 2: 1, 3: 1}
+
+
+def _tick_then_late_alarm(part: PartitionRoom, wall: list[float]) -> tuple[list, list[Alarm]]:
+    """The stream of the test above through `part`: three alarms, a quiet quarter minute (the clock passes
+    Y's idle timeout), then an alarm of Y's key behind the ticked clock. Its events and the alarms."""
+    alarm = lambda i, element, t: Alarm(element, "A1", t, input=InputRef("alarms", 0, i))  # noqa: E731
+    stream = [alarm(0, "dev-1", 1000.0), alarm(1, "dev-2", 1001.0), alarm(2, "dev-1", 1050.0),
+              alarm(3, "dev-2", 1055.0)]
+    sent = []
+    for i, a in enumerate(stream[:3]):
+        sent += part.feed(i, [a])
+    wall[0] = 15.0
+    sent += part.tick()
+    sent += part.feed(3, [stream[3]])
+    return sent, stream
+
+
+def test_partition_room_state_snapshot_after_a_wall_clock_tick_goes_on_with_the_same_incidents(monkeypatch):
+    """The case above with a state topic: the restored room is the first life's, so the second life
+    resolves Z and never resolves Y again, where the recomputed one did both the other way round."""
+    import worker.kafka.incident_partition as partition
+    from worker.incidents.snapshot import restore, snapshot
+
+    wall = [0.0]
+    monkeypatch.setattr(partition, "wall_clock", lambda: wall[0])
+    config = RoomConfig(idle_s=60.0, update_interval_s=1.0)
+    first = PartitionRoom(TP, config, snapshots=True)
+    sent, _ = _tick_then_late_alarm(first, wall)
+    _ack(first, sent)
+    offset, metadata = first.position()
+    assert offset == 4 and Restore.is_snapshot(metadata) and Restore.from_metadata(metadata) is None
+    second = PartitionRoom(TP, config, snapshots=True, room=restore(config, snapshot(first.room)))
+    again = second.close()
+    opened = {e.incident_id for e in sent if e.event == "open"}
+    resolved_first = {e.incident_id for e in sent if e.event == "resolve"}
+    z = next(e.incident_id for e in sent if e.event == "open" and e.inputs[0].offset == 3)
+    assert z in {e.incident_id for e in again if e.event == "resolve"}  # the second life resolves Z
+    assert not resolved_first & {e.incident_id for e in again}       # and never Y (resolved before) again
+    assert {e.incident_id for e in sent + again if e.event == "resolve"} == opened
+    assert collections.Counter(ref.offset for e in sent + again for ref in e.inputs) == {0: 1, 1: 1, 2: 1, 3: 1}
+
+
+@pytest.mark.parametrize("cut", range(20, 120, 9))
+def test_partition_room_switched_to_a_state_topic_after_a_commit_without_one_lists_every_input_once(cut):
+    first = PartitionRoom(TP, CONFIG)
+    sent = _feed(first, range(cut))
+    _ack(first, sent)
+    offset, metadata = first.position()
+    second = PartitionRoom(TP, CONFIG, Restore.from_metadata(metadata), snapshots=True)
+    restored_through = Restore.from_metadata(metadata).covered_through
+    for i in range(offset, 120):
+        sent += second.feed(i, [ALARMS[i]])
+        assert (second.position() is None) == (i + 1 < restored_through)  # no snapshot commit while rebuilding
+    sent += second.close()
+    counts = collections.Counter(ref.offset for event in sent for ref in event.inputs)
+    assert sorted(counts) == list(range(120)) and [o for o, n in counts.items() if n > 1] == []
+    assert second.position() == (120, '{"snapshot":true}')
+
+
+def test_restore_is_snapshot_only_for_a_state_topic_commit():
+    assert Restore.is_snapshot('{"snapshot":true}')
+    assert not Restore.is_snapshot('{"covered_through":3}') and not Restore.is_snapshot(None)
+    assert not Restore.is_snapshot("not json") and not Restore.is_snapshot("[1]")

@@ -122,7 +122,7 @@ def _worker(bootstrap: str, inp: str, out: str, files: tuple[Path, Path], log: P
             "incident-rules": str(files[1]), "commit-interval-s": COMMIT_INTERVAL_S, "max-poll-records": "2000",
             # A killed member's partitions move after this long (the default 45 s would dominate the SIGKILL run).
             "session-timeout-ms": SESSION_TIMEOUT_MS, "heartbeat-interval-ms": "1000",
-            **({"incident-state-topic": f"{out}.state"} if state else {})}
+            "incident-state-topic": f"{out}.state" if state else "none"}  # none: recompute (the default keeps state)
     cmd = [sys.executable, "-m", "worker.cli", "worker"] + [x for k, v in args.items() for x in (f"--{k}", v)]
     env = dict(os.environ, TELESUM_INCIDENT_ONLY="true")
     return subprocess.Popen(cmd, stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=env)  # noqa: SIM115

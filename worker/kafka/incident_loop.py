@@ -37,11 +37,11 @@ from worker.kafka.incident_outputs import (IncidentProducer, IncidentStats, Out,
 from worker.kafka.incident_outputs import incident_kafka_settings  # noqa: F401 - the loop's settings, re-exported
 from worker.incidents.snapshot import restore as restore_room, snapshot
 from worker.kafka.incident_partition import InputRef, PartitionRoom, Restore
-from worker.kafka.incident_state import ensure_state_topic, read_states, state_key
+from worker.kafka.incident_state import ensure_state_topic, read_states, state_key, state_topic_of
 from worker.kafka.records import Output
 from worker.kafka.undecodable import UndecodableBatch
 from worker.messages import IncidentEvent
-from worker.settings.incidents import IncidentSettings
+from worker.settings.incidents import STATE_TOPIC_OFF, IncidentSettings
 from worker.settings.kafka import KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ class IncidentLoop:
                  observer: Callable[[IncidentLoop], None] | None = None) -> None:
         self.settings, self.incidents, self.config = settings, incidents, config
         self.topic = incidents.topic or ""
-        self.state_topic = incidents.state_topic if settings.exactly_once else None  # incident_state.py
+        self.state_topic = state_topic_of(settings, incidents)  # incident_state.py; checked in run()
         self.consumer = consumer or Consumer(settings)
         self.producer = producer or IncidentProducer(settings)
         self.observer = observer
@@ -108,10 +108,7 @@ class IncidentLoop:
     def run(self, stop: threading.Event) -> IncidentStats:
         """Serve until `stop` is set, then publish and commit what is ready, and close. An undecodable
         batch with on_undecodable_batch "exit" does the same, then raises UndecodableBatch."""
-        if self.incidents.state_topic and not self.state_topic:
-            log.warning("incidents: the state topic needs exactly-once; open incidents are recomputed instead")
-        if self.state_topic:
-            ensure_state_topic(self.settings, self.state_topic)
+        self._check_state_topic()
         self.consumer.open(self._on_revoked, self._on_assigned)
         self.producer.open()
         try:
@@ -126,6 +123,26 @@ class IncidentLoop:
             self.consumer.close()
             self.producer.close()
         return self.stats
+
+    def _check_state_topic(self) -> None:
+        """Create the state topic unless it exists. The default one, where the broker refuses to create it,
+        falls back to recomputing (said in the log); a named one must be there or be created. Blocks."""
+        named = self.incidents.state_topic not in (None, STATE_TOPIC_OFF)
+        if named and not self.settings.exactly_once:
+            log.warning("incidents: the state topic needs exactly-once; open incidents are recomputed instead")
+        if not self.state_topic:
+            return
+        try:
+            ensure_state_topic(self.settings, self.state_topic)
+        except KafkaError as exc:
+            if named:
+                raise
+            log.warning("incidents: the state topic %s cannot be created (%s): open incidents are recomputed from "
+                        "the uncommitted range instead (create it compacted, or name one: "
+                        "TELESUM_INCIDENT_STATE_TOPIC; 'none' says recompute)", self.state_topic, exc)
+            self.state_topic = None
+        else:
+            log.info("incidents: open incidents kept on the state topic %s", self.state_topic)
 
     def _step(self) -> None:
         stable = self.consumer.is_stable()
@@ -149,22 +166,26 @@ class IncidentLoop:
     def _open_new(self) -> None:
         """Rooms for newly assigned partitions, restored from their committed offset and metadata."""
         new = sorted(self._new & self.consumer.assignment())
-        if self.state_topic and new:
-            states = read_states(self.settings, self.state_topic, {state_key(tp) for tp in new})
-            for tp in new:
-                data = states.get(state_key(tp))
-                self.parts[tp] = PartitionRoom(tp, self.config, snapshots=True,
-                                               room=restore_room(self.config, data) if data else None)
-                log.info("incidents: %s[%d] %s", tp.topic, tp.partition, "restored from its snapshot" if data
-                         else "has no snapshot: starts empty at its committed offset")
-            new = []
+        states = read_states(self.settings, self.state_topic, {state_key(tp) for tp in new}) \
+            if self.state_topic and new else {}
         for tp in new:
             committed = self.consumer.client.committed(tp, metadata=True)
-            restore = Restore.from_metadata(committed.metadata if committed is not None else None)
-            self.parts[tp] = PartitionRoom(tp, self.config, restore)
+            metadata = committed.metadata if committed is not None else None
+            data = states.get(state_key(tp))
+            if data and Restore.is_snapshot(metadata):
+                self.parts[tp] = PartitionRoom(tp, self.config, snapshots=True, room=restore_room(self.config, data))
+                log.info("incidents: %s[%d] restored from its snapshot", tp.topic, tp.partition)
+                continue
+            # No snapshot that goes with the last commit: recompute from what that commit says (a commit of a
+            # loop without a state topic, so switching to one lists nothing twice), then go on with snapshots.
+            restore = Restore.from_metadata(metadata)
+            self.parts[tp] = PartitionRoom(tp, self.config, restore, snapshots=bool(self.state_topic))
             if restore is not None:
                 log.info("incidents: %s[%d] from offset %d: inputs below %d are rebuilt without events",
                          tp.topic, tp.partition, committed.offset, restore.covered_through)
+            elif self.state_topic:
+                log.info("incidents: %s[%d] has no snapshot: starts empty at its committed offset",
+                         tp.topic, tp.partition)
         self._new.clear()
 
     def _accept(self, msg) -> None:

@@ -60,6 +60,14 @@ class Restore(msgspec.Struct, frozen=True):
     covered_through: int
     listed: bytes = b""
 
+    @staticmethod
+    def is_snapshot(metadata: str | None) -> bool:
+        """Committed with a state topic: the partition's snapshot there goes with this offset."""
+        try:
+            return bool(metadata) and json.loads(metadata).get("snapshot") is True
+        except (ValueError, AttributeError):
+            return False
+
     @classmethod
     def from_metadata(cls, metadata: str | None) -> Restore | None:
         if not metadata:
@@ -82,7 +90,8 @@ class PartitionRoom:
     def __init__(self, tp: TopicPartition, config: RoomConfig, restore: Restore | None = None, *,
                  snapshots: bool = False, room: IncidentRoom | None = None) -> None:
         """`snapshots`: the room's state goes to the state topic with every commit (`incident_state.py`),
-        which then commits every input fed: nothing is tracked here; `room`: the room restored from it."""
+        which then commits every input fed: nothing is tracked here but what `restore` (a commit made
+        without a state topic) says was listed; `room`: the room restored from its snapshot."""
         self.tp = tp
         self.snapshots = snapshots
         self.room = room or IncidentRoom(config)
@@ -157,8 +166,8 @@ class PartitionRoom:
         before anything was fed."""
         if self.next_offset is None:
             return None
-        if self.snapshots:
-            return self.next_offset, '{"snapshot":true}'
+        if self.snapshots:  # while rebuilding (a commit without a snapshot restored) the snapshot would lack the map
+            return None if self.rebuilding else (self.next_offset, '{"snapshot":true}')
         refs = list(self.fed)
         first = next((k for k, ref in enumerate(refs) if ref in self.uncovered and ref not in listing), None)
         if first is None:
@@ -178,17 +187,16 @@ class PartitionRoom:
     def _track(self, ref: InputRef, now: float, rebuilding: bool) -> None:
         if rebuilding:
             return
-        if self.snapshots:  # only for the time to open: the commit does not wait on it
-            self.uncovered[ref] = now
-            return
         if self._listed:
             k = self._answered_since_restore
             self._answered_since_restore += 1
             if k < len(self._listed) * 8 and self._listed[k // 8] >> (k % 8) & 1:
                 self.echo.add(ref)
-                self.fed.append(ref)  # covered: counted in the next commit's map as listed
+                if not self.snapshots:
+                    self.fed.append(ref)  # covered: counted in the next commit's map as listed
                 return
-        self.fed.append(ref)
+        if not self.snapshots:  # with snapshots only for the time to open: the commit does not wait on it
+            self.fed.append(ref)
         self.uncovered[ref] = now
 
     def _settle(self) -> None:

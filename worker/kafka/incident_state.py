@@ -1,8 +1,10 @@
-"""The incident rooms' state topic (TELESUM_INCIDENT_STATE_TOPIC, exactly-once): one compacted record per
-input partition, keyed `<topic>:<partition>`, holding `worker.incidents.snapshot` of its room as it was
-when the offset committed in the same transaction was reached. A new owner restores the room from it
-and goes on from the committed offset: nothing is recomputed, and the commit never waits for an open
-incident (docs/incidents.md, "On Kafka").
+"""The incident rooms' state topic (exactly-once): one compacted record per input partition, keyed
+`<topic>:<partition>`, holding `worker.incidents.snapshot` of its room as it was when the offset committed
+in the same transaction was reached. A new owner restores the room from it and goes on from the committed
+offset: nothing is recomputed, and the commit never waits for an open incident (docs/incidents.md, "On
+Kafka"). On by default under exactly-once: TELESUM_INCIDENT_STATE_TOPIC names it, unset it is
+`<the incident loop's group>-state` (a snapshot pairs with that group's committed offsets, as Kafka
+Streams names a changelog after its application), `none` turns it off.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
+from worker.settings.incidents import STATE_TOPIC_OFF, IncidentSettings
 from worker.settings.kafka import KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -24,6 +27,13 @@ TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": str(16 * 1024 * 10
                 "max.message.bytes": str(16 * 1024 * 1024)}
 # A restore reads the state topic to its end; give up (and recompute nothing: start empty) after this.
 READ_TIMEOUT_S = 60.0
+
+
+def state_topic_of(settings: KafkaSettings, incidents: IncidentSettings) -> str | None:
+    """The state topic of the loop with these (its own) [kafka] settings; None: recompute instead."""
+    if not settings.exactly_once or incidents.state_topic == STATE_TOPIC_OFF:
+        return None
+    return incidents.state_topic or f"{settings.group_id}-state"
 
 
 def state_key(tp: TopicPartition) -> bytes:

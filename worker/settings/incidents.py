@@ -12,6 +12,9 @@ import msgspec
 
 from worker.settings.fields import MaskedRepr, SettingsError, opt
 
+# TELESUM_INCIDENT_STATE_TOPIC's value for "no state topic": open incidents are recomputed after a restart.
+STATE_TOPIC_OFF = "none"
+
 
 class IncidentSettings(MaskedRepr, msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Alarms grouped into incidents (open, update, resolve events), each with its root cause."""
@@ -28,8 +31,9 @@ class IncidentSettings(MaskedRepr, msgspec.Struct, frozen=True, kw_only=True, fo
                                                        "summaries)", flag="incident-only")] = False
     state_topic: Annotated[str | None, opt("TELESUM_INCIDENT_STATE_TOPIC",
                                            "exactly-once: keep each input partition's incidents on this compacted "
-                                           "topic and commit every alarm at once (unset: recompute open incidents "
-                                           "from the uncommitted range)", flag="incident-state-topic")] = None
+                                           "topic and commit every alarm at once (unset: the incident loop's consumer "
+                                           "group followed by -state, created if allowed; none: recompute open "
+                                           "incidents from the uncommitted range)", flag="incident-state-topic")] = None
     late_s: Annotated[float, opt("TELESUM_INCIDENT_LATE_S", "wait this long (event time) for alarms arriving out "
                                                             "of order; an incident opens this long after its "
                                                             "first alarm", flag="incident-late-s", ge=0, le=60)] = 1.0
