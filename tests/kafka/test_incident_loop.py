@@ -286,3 +286,40 @@ def test_incident_loop_undecodable_batch_exit_drains_the_other_partitions_then_r
     assert loop.stats.drained_cleanly  # what was read before the stop went out in the last transaction
     events = read_events(kafka_bootstrap, incidents, lambda e: False, wait_s=3)
     assert not [k for k in listed(events) if k[0] == 0 and k[1] >= 3]  # nothing of the bad batch or after it
+
+
+def test_worker_incident_loop_beside_summaries_undecodable_batch_exit_exits_6(kafka_bootstrap, topics, tokenizer_dir,
+                                                                              tmp_path, monkeypatch):
+    import os
+
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    from tests.kafka.foreign import large_record, produce_foreign
+    from worker.samples import iter_generate
+
+    inp, out, dlq, incidents = topics(2)
+    group = f"g-{uuid.uuid4().hex}"
+    produce_foreign(kafka_bootstrap, inp, [large_record(i, "p0z") for i in range(4)], "zstd", partition=0)
+    produce_foreign(kafka_bootstrap, inp, [r for r, _ in iter_generate(10, "storm")], partition=1)
+    # The summaries' group is past the batch already: only the incident loop (its own group) meets it.
+    committer = KafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        committer.commit({TopicPartition(inp, 0): OffsetAndMetadata(4, "", -1)})
+    finally:
+        committer.close()
+    # The worker process reads zstd as if its library were missing.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import kafka.codec\nkafka.codec.has_zstd = lambda: False\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("TELESUM_ALLOW_MISSING_CODECS", "true")
+    worker = WorkerProcess(kafka_bootstrap, inp, out, dlq, group, tokenizer_dir, tmp_path / "w.log",
+                           **{"worker-id": "w0", "incident-topic": incidents, "on-undecodable-batch": "exit",
+                              "incident-topology": STORM_TOPOLOGY, "incident-rules": STORM_RULES})
+    try:
+        assert worker.wait(180) == 6, worker.log()[-3000:]  # the code the summaries loop gives the same end
+    finally:
+        if worker.proc.poll() is None:
+            worker.kill()
+    assert "incidents: the incident loop stopped: UndecodableBatch" in worker.log()
