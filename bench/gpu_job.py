@@ -7,7 +7,8 @@ Records from `telesum produce`'s generators (`short` and `mixed` profiles). Spee
 and Qwen2.5-7B's architectures with random bf16 weights (speed does not depend on weight values) and
 the real SmolLM2 tokenizer; 64 new tokens, EOS off. Per shape and profile: the Summarizer as
 `telesum summarize` and `telesum worker` build it on a GPU, greedy and with the production sampling
-(stop string + repetition penalty); the engine alone on the same pre-tokenised prompts; Hugging Face
+(stop string + repetition penalty); as `telesum worker` builds it with 2 new tokens (the workload users
+run today: the model stops after the grounded opening); the engine alone on the same pre-tokenised prompts; Hugging Face
 `generate` on padded batches (best of 16/32/64) of the same prompts; a decode-step microbenchmark
 (FlashAttention-2 or the Triton decode kernel, eager or CUDA graph) with a logits check. Writes DIR/gpu_job.json
 (keys `<shape>_<profile>_<sampling>`, on `short` production `..._prefix_on` / `..._prefix_off`: prefix
@@ -39,6 +40,7 @@ from worker.model import attention as attention_mod
 from worker.model.tokenizer import load_tokenizer
 
 NEW_TOKENS = 64
+OPENING_TOKENS = 2  # the `..._opening_worker` run: what the model writes after the grounded opening
 SHAPES = {"smollm2": ("SmolLM2-135M shape", SMOLLM2_135M), "qwen7b": ("Qwen2.5-7B shape", QWEN25_7B)}
 # Records per run: enough for tens of seconds of steady state at the expected rates.
 COUNTS = {("smollm2", "short"): 6000, ("smollm2", "mixed"): 2000,
@@ -62,19 +64,19 @@ def records_for(profile: str, n: int, seed: int = 11):
 
 
 def summarizer_run(loaded, records, *, sampling: str, worker_config: bool, profile_out: Path | None = None,
-                   prefix_cache: bool = True) -> dict:
+                   prefix_cache: bool = True, new_tokens: int = NEW_TOKENS) -> dict:
     from worker.prompts.sampling import default_sampling
     from worker.settings.budgets import Budgets
     from worker.settings.sections import EngineSettings
     from worker.summarizer.summarizer import Summarizer
     from worker.engine.sequence import SamplingParams
 
-    params = (default_sampling(NEW_TOKENS) if sampling == "production"
-              else SamplingParams(max_new_tokens=NEW_TOKENS))
+    params = (default_sampling(new_tokens) if sampling == "production"
+              else SamplingParams(max_new_tokens=new_tokens))
     if worker_config:
-        summarizer = worker_summarizer(loaded, params)
+        summarizer = worker_summarizer(loaded, params, new_tokens)
     else:
-        summarizer = Summarizer(loaded, EngineSettings(max_new_tokens=NEW_TOKENS, prefix_cache=prefix_cache,
+        summarizer = Summarizer(loaded, EngineSettings(max_new_tokens=new_tokens, prefix_cache=prefix_cache,
                                                        max_record_tokens=0), Budgets(65536, 1024, None, {}))
         summarizer.params = params  # greedy or the production sampling, as the run asks
     profs = {}
@@ -448,6 +450,13 @@ def main() -> None:
                 except Exception as exc:  # report, do not hide
                     res[f"{shape}_short_production_worker"] = {"error": repr(exc)[:300]}
                 print(f"{shape}_short_production_worker", json.dumps(res[f"{shape}_short_production_worker"]), flush=True)
+            if profile == "short" and wanted(f"{shape}_short_opening_worker"):
+                # The workload users run today: the embedded model stops after the grounded opening,
+                # a couple of tokens (random weights never stop by themselves, so 2 new tokens).
+                res[f"{shape}_short_opening_worker"] = summarizer_run(
+                    loaded, records, sampling="production", worker_config=True, new_tokens=OPENING_TOKENS)
+                print(f"{shape}_short_opening_worker", json.dumps(res[f"{shape}_short_opening_worker"]), flush=True)
+                save()
             if profile == "short" and wanted(f"{shape}_short_engine_only_greedy"):
                 prompts = prompts_for(loaded, records)
                 res[f"{shape}_prefix_logits_check"] = prefix_logits_check(loaded, prompts[:64])
