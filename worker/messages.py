@@ -148,7 +148,9 @@ class IncidentEvent(msgspec.Struct, frozen=True, omit_defaults=True):
     """One event of an incident (correlated alarms): `open` at once, `update`s batched, one `resolve`
     (also when merged: `merged_into` names the incident that took its alarms). `inputs` lists the
     inputs this event adds (every input is in exactly one incident's events); `correlatedNotifications`
-    (3GPP) those of them that are not the root cause. Times are the alarms' own, ISO UTC."""
+    (3GPP) those of them that are not the root cause. Times are the alarms' own, ISO UTC. An `update`
+    carrying `model_summary` is the model's text of the incident, sent after its `open` when the model
+    wrote beyond the grounded opening: it lists no inputs."""
 
     event: IncidentEventKind
     incident_id: str
@@ -167,6 +169,7 @@ class IncidentEvent(msgspec.Struct, frozen=True, omit_defaults=True):
     correlatedNotifications: list[Any] = []
     merged_into: str | None = None
     absorbed: list[str] = []           # incidents merged into this one since its last event
+    model_summary: str | None = None   # the model's text of the incident (a follow-up update only)
 
 
 class InvalidRecord(ValueError):

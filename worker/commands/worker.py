@@ -4,7 +4,8 @@ With --gpus, supervise one such worker process per GPU instead (`supervisor.py`)
 Order of start-up: settings (fail fast, naming a bad one), logging, the HTTP port (so /readyz
 answers "not ready" while the model loads), the model and its budgets, the banner, the loop.
 With TELESUM_INCIDENT_TOPIC, the topology and rules are read before the model (a bad file fails fast)
-and the incident loop runs in a thread beside the loop (`incident_thread.py`); with
+and the incident loop runs in a thread beside the loop (`incident_thread.py`), asking the same
+Summarizer for each new incident's text (TELESUM_INCIDENT_FOLLOW_UPS); with
 TELESUM_INCIDENT_ONLY it runs alone and no model is loaded.
 """
 
@@ -175,6 +176,10 @@ def _serve(args: argparse.Namespace) -> int:
     worker = KafkaWorker(k, summarizer, model_name=loaded.name,
                          max_in_flight=in_flight_records(k, budgets.max_seqs_per_bin),
                          observer=ops.observer(summarizer))
+    if incidents is not None:  # each new incident's text from the model, on a results channel of its own
+        from worker.prompts import answer_opening
+
+        incidents.use_summarizer(summarizer, answer_opening)
     incident_thread = IncidentThread(incidents) if incidents is not None else None
     if incident_thread is not None:
         incident_thread.start(stop)

@@ -125,6 +125,18 @@ class IncidentRoom:
                                    self.clock))
         return out
 
+    def follow_up(self, incident_id: str, model_summary: str) -> IncidentEvent | None:
+        """An `update` of an open incident carrying the model's text (`model_summary`), with the incident's
+        next sequence number and no inputs (its pending inputs and merges wait for its next update);
+        None when the incident is no longer open (its `resolve` stays its last event) or the text is empty."""
+        incident = self._open.get(incident_id)
+        if incident is None or not model_summary.strip():
+            return None
+        root, reason = self._root(incident)
+        incident.sequence += 1
+        return build_event(incident, root, reason, self.config.grouping, "update", [], [], self.clock,
+                           model_summary=model_summary.strip())
+
     def retained_inputs(self) -> Iterator[Any]:
         """Inputs a rebuild needs: the alarms of open incidents and those still waiting."""
         for _, _, alarm in self._waiting:

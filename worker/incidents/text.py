@@ -1,4 +1,5 @@
-"""An incident's grounded one-line opening, written from its alarms (never by the model), and its event."""
+"""An incident's grounded one-line opening, written from its alarms (never by the model), its event, and
+the record that asks the model for its text (`incident_record`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from worker.incidents.alarms import Alarm
 from worker.incidents.incident import Incident
-from worker.messages import IncidentEvent, IncidentEventKind, RootCause
+from worker.messages import IncidentEvent, IncidentEventKind, RootCause, TelemetryRecord
 
 _TYPES_SHOWN = 3
 
@@ -60,7 +61,8 @@ def summary_line(incident: Incident, root: Alarm, reason: str, kind: IncidentEve
 
 
 def build_event(incident: Incident, root: Alarm, reason: str, grouping: str, kind: IncidentEventKind,
-                inputs: list[Any], absorbed: list[str], now: float, merged_into: str | None = None) -> IncidentEvent:
+                inputs: list[Any], absorbed: list[str], now: float, merged_into: str | None = None,
+                model_summary: str | None = None) -> IncidentEvent:
     root_input = root.input
     correlated = [i for i in inputs if i is not root_input and i != root_input]
     return IncidentEvent(
@@ -69,7 +71,32 @@ def build_event(incident: Incident, root: Alarm, reason: str, grouping: str, kin
         summary=summary_line(incident, root, reason, kind, merged_into, now), grouping=grouping,
         elements=sorted(incident.elements), counts=dict(incident.counts), alarms=incident.alarms,
         active=incident.active, first_time=iso(incident.first_time), last_time=iso(incident.last_time),
-        inputs=inputs, correlatedNotifications=correlated, merged_into=merged_into, absorbed=absorbed)
+        inputs=inputs, correlatedNotifications=correlated, merged_into=merged_into, absorbed=absorbed,
+        model_summary=model_summary)
+
+
+_ELEMENTS_LISTED = 20
+
+
+def incident_record(event: IncidentEvent) -> TelemetryRecord:
+    """The incident as a record for the model: a text whose first line is the event's grounded summary
+    (so the summary's grounded opening quotes it), then the root cause and why, the elements, the
+    counts per type and the time span. Its id is `<incident id>#<sequence>`."""
+    root = event.root_cause
+    elements = ", ".join(event.elements[:_ELEMENTS_LISTED])
+    if len(event.elements) > _ELEMENTS_LISTED:
+        elements += f" and {len(event.elements) - _ELEMENTS_LISTED} more"
+    counts = ", ".join(f"{t} {n}" for t, n in sorted(event.counts.items(), key=lambda item: (-item[1], item[0])))
+    body = "\n".join([
+        event.summary,
+        f"root cause: {root.alarm_type} on {root.element} at {root.time} ({root.reason})",
+        f"elements ({len(event.elements)}): {elements}",
+        f"alarms per type: {counts}",
+        f"alarms: {event.alarms}, still active: {event.active}",
+        f"first alarm {event.first_time}, last alarm {event.last_time}",
+    ])
+    return TelemetryRecord(id=f"{event.incident_id}#{event.sequence}", kind="text", body=body,
+                           source="incidents", timestamp=event.time, attributes={"element": root.element})
 
 
 def console_lines(event: IncidentEvent) -> list[str]:
@@ -89,4 +116,6 @@ def console_lines(event: IncidentEvent) -> list[str]:
     lines = [head]
     if event.event != "update" or event.merged_into or event.absorbed:
         lines.append(" " * 8 + event.summary)
+    if event.model_summary:
+        lines.append(" " * 8 + "model: " + event.model_summary)
     return lines

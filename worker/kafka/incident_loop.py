@@ -12,6 +12,9 @@ At-least-once: events are sent at once, covered when acknowledged, offsets commi
 commit_interval_s. Exactly-once: events wait for the next transaction (commit_interval_s or
 transaction_max_records), which carries them and the offsets with their metadata.
 
+Beside the per-alarm summaries, with a state topic, each new incident's text is also asked of the model
+and sent as a later `update` carrying `model_summary` (`incident_followups.py`, `use_summarizer`).
+
 Threads: one thread owns the consumer, the rooms and the transactions; the producer's I/O thread only
 queues acknowledgements.
 """
@@ -35,6 +38,7 @@ from worker.kafka.clients import Consumer, Producer
 from worker.kafka.incident_outputs import (IncidentProducer, IncidentStats, Out, commit_transaction, dead_letter,
                                            event_output, read_message)
 from worker.kafka.incident_outputs import incident_kafka_settings  # noqa: F401 - the loop's settings, re-exported
+from worker.kafka.incident_followups import FollowUps
 from worker.incidents.snapshot import restore as restore_room, snapshot
 from worker.kafka.incident_partition import InputRef, PartitionRoom, Restore
 from worker.kafka.incident_state import ensure_state_topic, read_states, state_key, state_topic_of
@@ -80,6 +84,22 @@ class IncidentLoop:
         self.observed: list[tuple[str, float]] = []  # for the observer: ("open_s", wait) and ("alarms", size)
         self.open_view: list[IncidentEvent] = []     # the open incidents, refreshed every _VIEW_S for other threads
         self._last_view = 0.0
+        self.follow_ups: FollowUps | None = None      # the model's text of new incidents (use_summarizer)
+
+    def use_summarizer(self, summarizer, opening) -> bool:
+        """Ask `summarizer` (the per-alarm summaries' one, on a results channel of its own) for each new
+        incident's text, sent as a later update with `model_summary` (`incident_followups.py`). Only with a
+        state topic (exactly-once): recomputed rooms could not know of follow-ups' sequence numbers.
+        opening: the grounded opening of its summaries (`worker.prompts.answer_opening`).
+        False (said in the log) when the settings leave it off. Before `run`."""
+        if self.incidents.follow_ups <= 0:
+            return False
+        if not self.state_topic:
+            log.info("incidents: no model text for incidents (TELESUM_INCIDENT_FOLLOW_UPS): it needs exactly-once "
+                     "with a state topic")
+            return False
+        self.follow_ups = FollowUps(summarizer, self.incidents.follow_ups, opening)
+        return True
 
     # Rebalance callbacks run inside poll(): no blocking calls (the committed offsets are read after it).
     def _on_revoked(self, partitions: set[TopicPartition]) -> None:
@@ -104,6 +124,8 @@ class IncidentLoop:
         self._new -= gone
         self._outbox = [out for out in self._outbox if out.tp not in gone]
         self._resend = [item for item in self._resend if item[1].tp not in gone]
+        if self.follow_ups is not None:
+            self.follow_ups.forget(gone)
 
     def run(self, stop: threading.Event) -> IncidentStats:
         """Serve until `stop` is set, then publish and commit what is ready, and close. An undecodable
@@ -154,6 +176,7 @@ class IncidentLoop:
             self._accept(msg)
         for tp, part in list(self.parts.items()):
             self._emit(tp, part.tick())
+        self._take_follow_ups()
         self._publish()
         self._maybe_commit(force=False)
         if self.observer is not None:
@@ -210,6 +233,22 @@ class IncidentLoop:
     def _emit(self, tp: TopicPartition, events: list[IncidentEvent]) -> None:
         for event in events:
             self._queue(Out(tp, event_output(self.topic, event), tuple(event.inputs), event))
+            if event.event == "open" and self.follow_ups is not None:
+                part = self.parts.get(tp)
+                if part is not None and part.snapshots:  # the follow-up's sequence is kept in the snapshot
+                    self.follow_ups.request(tp, event)
+
+    def _take_follow_ups(self) -> None:
+        """The model's text of incidents, back since the last step: an update each, for the next transaction."""
+        if self.follow_ups is None:
+            return
+        for tp, incident_id, text in self.follow_ups.take():
+            part = self.parts.get(tp)
+            event = part.room.follow_up(incident_id, text) if part is not None else None
+            if event is None:  # resolved or merged meanwhile: its resolve stays its last event
+                self.follow_ups.stats.stale += 1
+                continue
+            self._emit(tp, [event])
 
     def _queue(self, out: Out) -> None:
         if self.settings.exactly_once:
@@ -310,3 +349,6 @@ class IncidentLoop:
             self._maybe_commit(force=True)
         self.stats.drained_cleanly = not (self._outbox or self._unacked or self._resend)
         log.info("incidents: drained (%s): %s", "clean" if self.stats.drained_cleanly else "deadline hit", self.stats)
+        if self.follow_ups is not None:  # those still in flight are lost: their incidents go without
+            log.info("incidents: model text of incidents: %s; %d in flight left", self.follow_ups.stats,
+                     self.follow_ups.in_flight)

@@ -50,6 +50,11 @@ class IncidentSettings(MaskedRepr, msgspec.Struct, frozen=True, kw_only=True, fo
     update_interval_s: Annotated[float, opt("TELESUM_INCIDENT_UPDATE_INTERVAL_S",
                                             "send an incident's changes as one update at most this often",
                                             flag="incident-update-interval-s", ge=0)] = 10.0
+    follow_ups: Annotated[int, opt("TELESUM_INCIDENT_FOLLOW_UPS",
+                                   "beside per-alarm summaries, exactly-once with a state topic: ask the model for "
+                                   "each new incident's text, at most this many at once (more are dropped, counted), "
+                                   "and send it as an update with model_summary when the model writes beyond the "
+                                   "grounded opening (0: off)", flag="incident-follow-ups", ge=0, le=1024)] = 4
     learn_causes: Annotated[bool, opt("TELESUM_INCIDENT_LEARN_CAUSES", "without rules, name as root cause the "
                                                                        "type that most often came first in past "
                                                                        "incidents (off: the earliest alarm)",

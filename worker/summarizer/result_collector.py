@@ -4,6 +4,12 @@ the exception that stopped it), which `Summarizer.poll` hands out.
 A record's sequence becomes its Summary here; a long record's piece is stored, and once every piece
 of its level is in, long_records plans the merge. It owns the sequences' owners (which request, which
 piece) and the results not yet polled, under its own lock.
+
+Results are kept per caller: a request routed to a caller (`route`, done by `Summarizer.submit(...,
+caller=...)`) is handed out only by `poll(..., caller=that one)`, the others by `poll` with no caller.
+So the summaries loop never sees the incident loop's follow-up results, nor the other way round. Any
+poller moves finished sequences into the boxes; one at a time, while another pumps a poller only reads
+its box.
 """
 
 from __future__ import annotations
@@ -19,6 +25,9 @@ from worker.engine.sequence import Sequence, SequenceStatus
 from worker.messages import Summary
 from worker.summarizer.summary_assembly import RecordRequest, assemble_summary, finished_text
 
+# While several callers poll, a blocking wait for finished sequences is cut into slices this long.
+_SHARED_SLICE_S = 0.01
+
 
 class ResultCollector:
     def __init__(self, finished: queue.Queue, *, model: str, decode: Callable[[list[int]], str],
@@ -30,7 +39,24 @@ class ResultCollector:
         self._level_done = level_done
         self._lock = threading.Lock()  # protects _owners and _results
         self._owners: dict[int, tuple[RecordRequest, int]] = {}  # seq_id -> (request, piece index or -1)
-        self._results: collections.deque[tuple[Hashable, Summary | Exception]] = collections.deque()
+        # caller (None: the default one) -> its results not yet polled
+        self._results: dict[Hashable, collections.deque[tuple[Hashable, Summary | Exception]]] = {
+            None: collections.deque()}
+        self._routes: dict[Hashable, Hashable] = {}  # request id -> its caller, until its result is pushed
+        self._shared = False  # a caller other than the default was routed: blocking pumps are sliced
+        self._pumping = threading.Lock()  # one thread moves finished sequences at a time
+
+    def route(self, request_id: Hashable, caller: Hashable) -> None:
+        """The result of `request_id` goes to `caller`'s box (`poll(..., caller=caller)`). Thread-safe."""
+        with self._lock:
+            self._routes[request_id] = caller
+            self._results.setdefault(caller, collections.deque())
+            self._shared = True
+
+    def unroute(self, request_id: Hashable) -> None:
+        """Forget a route whose request was never queued (its submit raised). Thread-safe."""
+        with self._lock:
+            self._routes.pop(request_id, None)
 
     def track(self, req: RecordRequest, piece: int, add: Callable[..., Sequence], *args: Any) -> None:
         """`add(*args)` puts one sequence of `req` into the engine; it is owned before it can finish
@@ -45,33 +71,56 @@ class ResultCollector:
         with self._lock:
             return any(r.hierarchical and not r.failed and None in r.pieces for r, _ in self._owners.values())
 
-    def poll(self, timeout: float) -> list[tuple[Hashable, Summary | Exception]]:
-        """Finished requests since the last call, waiting up to `timeout` s for the first. Thread-safe."""
+    def poll(self, timeout: float, caller: Hashable = None) -> list[tuple[Hashable, Summary | Exception]]:
+        """`caller`'s finished requests since its last call (None: those submitted without a caller),
+        waiting up to `timeout` s for the first. Thread-safe."""
         deadline = time.monotonic() + timeout
         while True:
-            self.pump(max(deadline - time.monotonic(), 0.0))
             with self._lock:
-                if self._results or time.monotonic() >= deadline:
-                    out = list(self._results)
-                    self._results.clear()
+                box = self._results.get(caller)
+                if box:
+                    out = list(box)
+                    box.clear()
                     return out
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                if self._pump_once(0.0):
+                    continue  # what was just finished may be this caller's
+                return []
+            # While another caller polls too, it may move this caller's result into its box while this one
+            # waits on the queue: wait in slices, so that result waits no longer than a slice.
+            self._pump_once(min(remaining, _SHARED_SLICE_S) if self._shared else remaining)
 
-    def pump(self, timeout: float) -> None:
-        """Move finished sequences into results (blocking up to `timeout` for the first one)."""
+    def _pump_once(self, timeout: float) -> bool:
+        """`pump`, unless another thread is pumping (then wait for it at most `timeout`). True when this call
+        moved a finished sequence."""
+        took = self._pumping.acquire(timeout=timeout) if timeout > 0 else self._pumping.acquire(blocking=False)
+        if not took:
+            return False
+        try:
+            return self.pump(timeout)
+        finally:
+            self._pumping.release()
+
+    def pump(self, timeout: float) -> bool:
+        """Move finished sequences into results (blocking up to `timeout` for the first one); True when
+        one was moved."""
         try:
             seq = self._finished.get(timeout=timeout) if timeout > 0 else self._finished.get_nowait()
         except queue.Empty:
-            return
+            return False
         while True:
             self._on_finished(seq)
             try:
                 seq = self._finished.get_nowait()
             except queue.Empty:
-                break
+                return True
 
     def push(self, request_id: Hashable, result: Summary | Exception) -> None:
+        """`request_id`'s result (each request has one), into its caller's box."""
         with self._lock:
-            self._results.append((request_id, result))
+            caller = self._routes.pop(request_id, None)
+            self._results.setdefault(caller, collections.deque()).append((request_id, result))
 
     def _on_finished(self, seq: Sequence) -> None:
         with self._lock:

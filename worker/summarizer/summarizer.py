@@ -188,10 +188,23 @@ class Summarizer:
     def _count_tokens(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def submit(self, request_id: Hashable, record: TelemetryRecord) -> None:
+    def submit(self, request_id: Hashable, record: TelemetryRecord, *, caller: Hashable = None) -> None:
         """Queue one record: prepared (facts, prompt, tokens) by the preprocessor, then handed to the
         engine by the feeder thread. Raises Backpressure when `max_pending_records` wait. A record that
-        fails to prepare comes back from `poll` as its exception. Thread-safe."""
+        fails to prepare comes back from `poll` as its exception. `caller`: its result comes back only
+        from `poll(..., caller=caller)` (None: from `poll` without one); request ids must be unique across
+        callers. Thread-safe."""
+        if caller is None:
+            self._submit(request_id, record)
+            return
+        self.results.route(request_id, caller)
+        try:
+            self._submit(request_id, record)
+        except BaseException:
+            self.results.unroute(request_id)
+            raise
+
+    def _submit(self, request_id: Hashable, record: TelemetryRecord) -> None:
         with self._lock:
             if self._closing:
                 raise RuntimeError("the summarizer is closed")
@@ -298,9 +311,10 @@ class Summarizer:
         return results_in_order(self, records, max_in_flight=max_in_flight)
 
     # -- results ----------------------------------------------------------------------------
-    def poll(self, timeout: float) -> list[tuple[Hashable, Summary | Exception]]:
-        """Finished requests since the last call, waiting up to `timeout` s for the first. Thread-safe."""
-        return self.results.poll(timeout)
+    def poll(self, timeout: float, *, caller: Hashable = None) -> list[tuple[Hashable, Summary | Exception]]:
+        """Finished requests since the last call, waiting up to `timeout` s for the first: those submitted
+        with this `caller` (None: without one). Thread-safe."""
+        return self.results.poll(timeout, caller)
 
     def stats(self) -> SummarizerStats:
         """The dispatcher's, the engine's and the prefix cache's counters, read now (each part under
