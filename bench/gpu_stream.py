@@ -365,6 +365,8 @@ def chart(res: dict, path: Path, baseline: dict | None = None) -> None:
 
     shapes = [k for k, v in res.items() if isinstance(v, dict) and "capacity" in v]
     if not shapes:  # a cold start alone
+        if "cold_start" in res:
+            startup_chart(res, path, baseline)
         return
     fig, axes = plt.subplots(1, len(shapes), figsize=(6 * len(shapes), 4.5), squeeze=False)
     for ax, shape in zip(axes[0], shapes):
@@ -385,6 +387,41 @@ def chart(res: dict, path: Path, baseline: dict | None = None) -> None:
         ax.legend()
     fig.suptitle(f"telesum streaming latency: {res.get('device')}, {res.get('date')}, {res.get('new_tokens')} new tokens")
     fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def startup_chart(res: dict, path: Path, baseline: dict | None = None) -> None:
+    """Process start -> first summary, cold and warm, as stacked phases (a baseline run's first)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = []
+    for run, tag in ((baseline, "before"), (res, "after" if baseline else "")):
+        for name in ("cold", "warm"):
+            r = (run or {}).get("cold_start", {}).get(name)
+            if r and "breakdown" in r:
+                rows.append((f"{name} {tag} ({run.get('date', '')})".replace("  ", " "), r))
+    fig, ax = plt.subplots(figsize=(11, 1.0 + 0.7 * len(rows)))
+    labels: list[str] = []
+    for i, (label, r) in enumerate(rows):
+        b = r["breakdown"]
+        parts = [("before the first phase", b["before_first_phase_s"])]
+        parts += [(p["phase"].split(" (")[0], p["seconds"]) for p in b["phases"]]
+        parts.append(("to the first summary", b["after_start_up_s"]))
+        left = 0.0
+        for j, (phase, seconds) in enumerate(parts):
+            ax.barh(i, seconds, left=left, color=f"C{j}", label=phase if phase not in labels else None)
+            labels.append(phase)
+            left += seconds
+        ax.text(r["first_summary_s"], i, f" {r['first_summary_s']:.1f} s", va="center", fontsize=8)
+    ax.set_yticks(range(len(rows)), [label for label, _ in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds from process start (telesum summarize, SmolLM2 shape)")
+    fig.legend(fontsize=7, ncol=7, loc="lower center")
+    fig.suptitle(f"telesum start-up: {res.get('device')}")
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=110)
 
 

@@ -83,3 +83,27 @@ def test_summarizer_start_captures_the_buckets_its_budgets_reach_before_the_gpu_
     finally:
         s.close(drain=False)
     assert warmed == [(48, True)]  # the bucket holding 40 sequences, before the loop thread existed
+
+
+def test_start_up_captures_only_the_small_buckets_the_rest_when_first_needed():
+    """capture_decode_graphs warms the buckets up to CAPTURED_AT_START, whatever the budgets reach;
+    with graphs off it does nothing."""
+    from worker.engine.decode_graphs import decode_buckets
+    from worker.engine.warmup import CAPTURED_AT_START, capture_decode_graphs
+
+    class Graphs:
+        use_graphs, max_batch = True, 1024
+        buckets = decode_buckets(1024)
+        warmed = None
+
+        def bucket_for(self, batch):
+            return next(b for b in self.buckets if b >= batch)
+
+        def warm(self, largest):
+            self.warmed = largest
+
+    graphs = Graphs()
+    assert capture_decode_graphs(graphs, 2021) == CAPTURED_AT_START == graphs.warmed
+    assert capture_decode_graphs(graphs, 20) == 32 == graphs.warmed
+    graphs.use_graphs, graphs.warmed = False, None
+    assert capture_decode_graphs(graphs, 2021) is None and graphs.warmed is None

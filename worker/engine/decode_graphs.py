@@ -11,6 +11,7 @@ on CPU (and with graphs off), so the padding logic is the same everywhere.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -130,6 +131,7 @@ class DecodeGraphs:
         return self.model(rows[_IDS], rows[_POS], attn, self.kv, self._arange[:bucket])
 
     def _capture(self, bucket: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+        started = time.perf_counter()
         saved = self._staging[:, :bucket].clone()
         self._park(bucket)
         side = torch.cuda.Stream(self.device)
@@ -144,9 +146,11 @@ class DecodeGraphs:
             self._logits = torch.empty(self.max_batch, self.model.cfg.vocab_size, dtype=torch.float32,
                                        device=self.device)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
+        # thread_local: a capture mid-stream (a bucket first needed) must not fail because another
+        # thread allocates pinned memory or queries an event meanwhile; none of them uses this stream.
+        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
             self._logits[:bucket].copy_(self._forward(bucket, self.max_seqlen_k))
         self._graphs[bucket] = (graph, self._logits[:bucket])
         self._staging[:, :bucket].copy_(saved)
-        log.debug("captured the decode graph for batch bucket %d", bucket)
+        log.debug("decode graph for batch bucket %d captured in %.2f s", bucket, time.perf_counter() - started)
         return self._graphs[bucket]
