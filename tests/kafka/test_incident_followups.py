@@ -92,8 +92,8 @@ def test_follow_up_update_carries_the_models_text_no_inputs_and_sequences_stay_c
     assert len(follow) == 2
     for event in follow:
         assert event.event == "update" and event.inputs == [] and event.correlatedNotifications == []
-        assert event.model_summary.endswith("The microwave hop to dev-2 fades.")
-        assert event.summary in event.model_summary  # the record's opening quotes the grounded summary
+        # the model's words only: the grounded opening (which quotes the event's summary) is left out
+        assert event.model_summary == "The microwave hop to dev-2 fades."
     by_incident = collections.defaultdict(list)
     for event in events:
         by_incident[event.incident_id].append(event)
@@ -193,5 +193,5 @@ def test_model_text_is_none_for_the_opening_alone():
     assert model_text(record, summary, answer_opening) is None
     more = Summary(id=record.id, summary=opening + " More.", model="m", prompt_tokens=1, output_tokens=1,
                    facts=extract_facts(record))
-    assert model_text(record, more, answer_opening) == opening + " More."
+    assert model_text(record, more, answer_opening) == "More."
     assert loop.follow_ups.stats.empty == 1

@@ -5,8 +5,8 @@ Beside the per-alarm summaries (the combined worker, where a Summarizer runs), e
 `open` also sends the incident as a record (`incident_record`) to the Summarizer, on a results channel
 of its own (`caller=FOLLOW_UPS`: the summaries loop never receives these results, nor this loop theirs).
 When the result comes back and the model wrote beyond the grounded opening, the incident loop publishes
-`room.follow_up(...)`: an `update` with the incident's next sequence number, `model_summary` and no
-inputs, in its next transaction. Nothing is sent when the model stopped at the opening, when the request
+`room.follow_up(...)`: an `update` with the incident's next sequence number, `model_summary` (the model's
+words after the opening) and no inputs, in its next transaction. Nothing is sent when the model stopped at the opening, when the request
 failed, or when the incident was resolved or merged meanwhile (its `resolve` stays its last event).
 
 Bounds: at most `max_in_flight` requests at once, so follow-ups never crowd out the per-alarm work; an
@@ -47,12 +47,13 @@ Opening = Callable[[TelemetryRecord, Facts], str]
 
 
 def model_text(record: TelemetryRecord, summary: Summary, opening_of: Opening) -> str | None:
-    """The summary of `incident_record`'s record when the model wrote beyond its grounded opening, else
-    None (the model stopped at the opening: nothing to add to the event's own summary)."""
+    """The model's own words in the summary of `incident_record`'s record: what follows the grounded
+    opening (which only quotes the event's summary back); None when the model stopped at the opening,
+    with nothing to add to the event's own summary."""
     text = summary.summary.strip()
     opening = opening_of(record, summary.facts).strip()
-    beyond = text[len(opening):] if text.startswith(opening) else text
-    return text if beyond.strip(" \t.;,") else None
+    beyond = (text[len(opening):] if text.startswith(opening) else text).strip()
+    return beyond if beyond.strip(" \t.;,") else None
 
 
 @dataclass
