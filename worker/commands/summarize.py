@@ -157,8 +157,9 @@ def _summarize(args: argparse.Namespace) -> int:
             summarizer.close(drain=False)
     log.info("%d summarised, %d skipped (already done), %d rejected (see %s)", counts["summarised"],
              len(done), counts["rejected"], rejects_path)
-    if summarizer.prefix is not None:
-        p = summarizer.prefix.stats()
+    stats = summarizer.stats()
+    if stats.prefix_lookup_tokens:
         log.info("prefix cache: %.1f %% of prompt tokens served from it (%d of %d), %d evictions",
-                 100 * p["hit_token_share"], p["hit_tokens"], p["lookup_tokens"], p["evictions"])
+                 100 * stats.prefix_hit_tokens / stats.prefix_lookup_tokens, stats.prefix_hit_tokens,
+                 stats.prefix_lookup_tokens, stats.prefix_evictions)
     return EXIT_FAILED if counts["rejected"] else EXIT_OK

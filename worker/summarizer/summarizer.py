@@ -66,6 +66,7 @@ class SummarizerStats:
     prefix_hit_tokens: int       # prompt tokens served from the prefix cache (0 without one)
     prefix_lookup_tokens: int    # prompt tokens looked up in it
     prefix_occupancy: float      # share of its blocks in use
+    prefix_evictions: int        # blocks evicted to make room
 
 
 class Summarizer:
@@ -329,7 +330,7 @@ class Summarizer:
             bin_fill_ratio=d["fill_ratio"], engine_sequences=self.engine.num_unfinished, pending_records=pending,
             prefix_hit_tokens=int(prefix.get("hit_tokens", 0)),
             prefix_lookup_tokens=int(prefix.get("lookup_tokens", 0)),
-            prefix_occupancy=prefix.get("occupancy", 0.0))
+            prefix_occupancy=prefix.get("occupancy", 0.0), prefix_evictions=int(prefix.get("evictions", 0)))
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
