@@ -10,6 +10,8 @@ Exposed over HTTP by `serve(port)`; each process has its own registry and port.
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import time
 from collections.abc import Hashable
@@ -213,6 +215,12 @@ class _IncidentMetrics:
                               registry=registry).labels(**labels)
         self.open_s = Histogram("telesum_incident_open_seconds", "an incident's first alarm read to its open "
                                 "event acknowledged", names, buckets=_SECONDS_BUCKETS, registry=registry).labels(**labels)
+        self.follow_ups = Counter(
+            "telesum_incident_follow_ups", "requests for the model's text of a new incident, by outcome: requested, "
+            "dropped (the bound was full or the Summarizer refused), written (an update sent), empty (the model "
+            "stopped at the grounded opening), failed, stale (its incident or partition gone meanwhile)",
+            (*names, "outcome"), registry=registry)
+        self._labels = labels
         self._last: dict[str, float] = {}
 
     def observe(self, loop) -> None:
@@ -222,3 +230,7 @@ class _IncidentMetrics:
         self.open.set(max(0, stats.opened - stats.resolved))
         for kind, value in loop.observed:
             (self.open_s if kind == "open_s" else self.size).observe(value)
+        if loop.follow_ups is not None:  # the combined worker, with the model's text on
+            for outcome, value in dataclasses.asdict(loop.follow_ups.stats).items():
+                WorkerMetrics._inc_delta(self._last, f"follow_ups_{outcome}", value,
+                                         self.follow_ups.labels(**self._labels, outcome=outcome))

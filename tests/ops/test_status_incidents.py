@@ -22,7 +22,8 @@ def _loop_after_a_storm():
     for i, (record, _) in enumerate(iter_generate(30, "storm")):
         part.feed(i, [alarm_of(record, InputRef("alarms", 0, i), None)])
     stats = IncidentStats(alarms=30, events=12, opened=5, resolved=2)
-    return SimpleNamespace(stats=stats, observed=[("open_s", 0.4), ("alarms", 7)], open_view=part.room.open_incidents())
+    return SimpleNamespace(stats=stats, observed=[("open_s", 0.4), ("alarms", 7)], open_view=part.room.open_incidents(),
+                           follow_ups=None)
 
 
 def test_metrics_observe_incidents_alarms_open_sizes_and_time_to_open():
@@ -47,3 +48,17 @@ def test_status_board_observe_incidents_lists_open_incidents_with_their_root():
 
 def test_status_board_without_an_incident_loop_has_no_incident_list():
     assert "open_incidents" not in StatusBoard(WorkerMetrics("cpu", "w0"), {}, []).snapshot()
+
+
+def test_metrics_count_the_model_text_requests_by_outcome_as_deltas():
+    from worker.kafka.incident_followups import FollowUpStats
+
+    metrics = WorkerMetrics("cpu", "w0")
+    loop = _loop_after_a_storm()
+    loop.follow_ups = SimpleNamespace(stats=FollowUpStats(requested=3, dropped=1, written=2))
+    metrics.observe_incidents(loop)
+    loop.follow_ups.stats.requested, loop.follow_ups.stats.empty = 5, 1
+    metrics.observe_incidents(loop)
+    value = lambda outcome: metrics.registry.get_sample_value(  # noqa: E731
+        "telesum_incident_follow_ups_total", {**metrics.labels, "outcome": outcome})
+    assert (value("requested"), value("dropped"), value("written"), value("empty"), value("failed")) == (5, 1, 2, 1, 0)
