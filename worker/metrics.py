@@ -11,7 +11,6 @@ Exposed over HTTP by `serve(port)`; each process has its own registry and port.
 from __future__ import annotations
 
 import dataclasses
-
 import os
 import time
 from collections.abc import Hashable

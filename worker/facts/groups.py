@@ -163,10 +163,11 @@ def group_messages(messages) -> list[Group]:
 
 
 def _cluster(groups: list[Group]) -> list[Group]:
-    """Merge groups that drain3 puts in one cluster (per app: the app is the first token)."""
+    """Merge groups (the largest first) that drain3 puts in one cluster (per app: the app is the
+    first token)."""
     drain = Drain(depth=4, sim_th=DRAIN_SIMILARITY, max_children=100)
     members: dict[int, list[Group]] = {}
-    for group in sorted(groups, key=lambda g: -g.count):  # big groups shape the templates
+    for group in groups:  # largest first: big groups shape the templates
         cluster, _ = drain.add_log_message(" ".join([group.app or "-", *group.words]) if group.words else
                                            group.app or "-")
         members.setdefault(cluster.cluster_id, []).append(group)
