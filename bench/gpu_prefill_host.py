@@ -28,6 +28,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gpu_job import NEW_TOKENS, build_loaded, prompts_for, records_for, worker_summarizer  # noqa: E402
+from gpu_step_profile import kernel_time_s  # noqa: E402
 
 from worker.engine.step_trace import StepTrace  # noqa: E402
 from worker.model.tokenizer import load_tokenizer  # noqa: E402
@@ -76,7 +77,7 @@ def prefill_alone(engine, args: tuple, kwargs: dict, out: Path, calls: int = 20)
         torch.cuda.synchronize()
     out.write_text(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=80))
     return {"host_median_ms": 1e3 * statistics.median(host), "with_gpu_median_ms": 1e3 * statistics.median(total),
-            "kernel_ms_per_call": sum(e.self_device_time_total for e in prof.key_averages()) / 1e3 / 5}
+            "kernel_ms_per_call": 1e3 * kernel_time_s(prof) / 5}
 
 
 def drive(engine, prompts, params) -> list:
@@ -124,7 +125,7 @@ def main() -> None:
         avg = prof.key_averages()
         phases = {e.key.removeprefix("phase:"): {"cpu_total_ms": e.cpu_time_total / 1e3, "calls": e.count}
                   for e in avg if e.key.startswith("phase:")}
-        kernel_ms = sum(e.self_device_time_total for e in avg) / 1e3
+        kernel_ms = 1e3 * kernel_time_s(prof)
         summary = trace.summary(since_s=t0)
         res["bins"][str(len(batch))] = {"wall_s": wall, "kernel_ms": kernel_ms, "phases": phases,
                                         "steps": summary}
