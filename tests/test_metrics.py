@@ -109,8 +109,10 @@ def test_metrics_summarizer_queue_depth_bin_counters_and_engine_busy():
     assert _value(metrics, "telesum_engine_busy_ratio") == 1.0
     assert _value(metrics, "telesum_bin_fill_ratio") == pytest.approx(0.8)
     assert _value(metrics, "telesum_bins_total") == 4
-    metrics.observe_summarizer(summarizer_stats(bins=6, bin_real_tokens=5000, bin_pad_tokens=50), elapsed_s=5.0)
+    metrics.observe_summarizer(summarizer_stats(bins=6, bin_real_tokens=5000, bin_pad_tokens=50,
+                                                out_of_memory_events=2), elapsed_s=5.0)
     assert _value(metrics, "telesum_bins_total") == 6
+    assert _value(metrics, "telesum_gpu_out_of_memory_total") == 2
     assert _value(metrics, "telesum_bin_pad_tokens_total") == 50
     assert _value(metrics, "telesum_bin_real_tokens_total") == 5000
     assert _value(metrics, "telesum_engine_busy_ratio") == pytest.approx(0.5)  # idle for half the window

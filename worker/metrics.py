@@ -46,6 +46,8 @@ _SUMMARIZER_COUNTERS = {
     "bin_pad_tokens": ("telesum_bin_pad_tokens", "alignment pad tokens in bins"),
     "prefix_hit_tokens": ("telesum_prefix_hit_tokens", "prompt tokens served from the prefix cache (not prefilled)"),
     "prefix_lookup_tokens": ("telesum_prefix_lookup_tokens", "prompt tokens looked up in the prefix cache"),
+    "out_of_memory_events": ("telesum_gpu_out_of_memory",
+                             "engine steps that ran out of GPU memory (each retried in smaller pieces)"),
 }
 
 

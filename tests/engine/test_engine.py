@@ -255,6 +255,7 @@ def test_engine_bin_out_of_memory_is_split_in_halves_down_to_one_and_loses_nothi
     seqs = [engine.add(p, SamplingParams(max_new_tokens=5)) for p in prompts]
     run_until_done(engine, seqs)
     assert sizes == [4, 2, 1, 1, 2, 1, 1]  # halves of halves, each retried before later work
+    assert engine.oom.events == 3  # counted for the operator (telesum_gpu_out_of_memory_total)
     assert [s.output for s in seqs] == [reference_greedy(tiny_model, p, 5) for p in prompts]
     assert all(s.error is None for s in seqs) and engine.scheduler.slabs.num_used_rows == 0
 

@@ -37,6 +37,7 @@ class OutOfMemoryRecovery:
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
         self.decode_pass_rows: int | None = None  # rows per decode pass after a split; None = all
+        self.events = 0  # steps that ran out of memory since start (read from any thread: an int)
         self._decode_ooms = 0  # consecutive decode steps that ran out of memory one row at a time
 
     def step_ran(self) -> None:
@@ -46,6 +47,7 @@ class OutOfMemoryRecovery:
     def recover(self, plan: Plan, seqs: list[Sequence]) -> list[Sequence]:
         """After `plan` (over `seqs`) ran out of GPU memory: its work is queued again in smaller
         pieces. Returns the sequences that cannot be made smaller: the caller fails them."""
+        self.events += 1
         if isinstance(plan, MixedStep):  # the bin again, beside at most half as many decode rows from now on
             self.scheduler.max_mixed_rows = len(plan.decode.seqs) // 2
             self.scheduler.requeue_split(plan.prefill, [(plan.prefill.bin, plan.prefill.seqs)])

@@ -67,6 +67,7 @@ class SummarizerStats:
     prefix_lookup_tokens: int    # prompt tokens looked up in it
     prefix_occupancy: float      # share of its blocks in use
     prefix_evictions: int        # blocks evicted to make room
+    out_of_memory_events: int    # engine steps that ran out of GPU memory (each retried smaller)
 
 
 class Summarizer:
@@ -330,7 +331,8 @@ class Summarizer:
             bin_fill_ratio=d["fill_ratio"], engine_sequences=self.engine.num_unfinished, pending_records=pending,
             prefix_hit_tokens=int(prefix.get("hit_tokens", 0)),
             prefix_lookup_tokens=int(prefix.get("lookup_tokens", 0)),
-            prefix_occupancy=prefix.get("occupancy", 0.0), prefix_evictions=int(prefix.get("evictions", 0)))
+            prefix_occupancy=prefix.get("occupancy", 0.0), prefix_evictions=int(prefix.get("evictions", 0)),
+            out_of_memory_events=self.engine.oom.events)
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
