@@ -23,7 +23,8 @@ GiB = 1 << 30
 @dataclass
 class FakeDevice:
     """A device whose memory is a formula: a pass fits when arena + activations (+ the full pass's
-    logits) <= free. Activations are rounded up to 2 MiB blocks, so the linear fit is close, not exact."""
+    logits) <= free (less the decode graphs while they are held). Activations are rounded up to 2 MiB
+    blocks, so the linear fit is close, not exact."""
 
     free: int = 80 * GiB
     total_bytes: int = 96 * GiB
@@ -35,6 +36,8 @@ class FakeDevice:
     device_name: str = "Fake GPU"
     resident_bytes: int = 15 * GiB
     max_context: int = 32768
+    graph_bytes: int = 0  # what the decode graphs hold once captured
+    graphs_held: bool = False
     calls: list = field(default_factory=list)
 
     def need(self, tokens: int, kv_rows: int, seq: int, full: bool) -> int:
@@ -44,7 +47,14 @@ class FakeDevice:
         return (kv_rows + 1) * self.kv_bytes_per_row + act
 
     def free_bytes(self) -> int:
-        return self.free
+        return self.free - (self.graph_bytes if self.graphs_held else 0)
+
+    def hold_decode_graphs(self) -> int:
+        self.graphs_held = True
+        return self.graph_bytes
+
+    def release_decode_graphs(self) -> None:
+        self.graphs_held = False
 
     def warm_up(self, seq_tokens: int) -> None:
         self.calls.append(("warm_up", seq_tokens))
@@ -52,12 +62,12 @@ class FakeDevice:
     def prefill(self, tokens: int, kv_rows: int, seq_tokens: int, *, full: bool) -> Trial:
         self.calls.append(("prefill", tokens, kv_rows, full))
         need = self.need(tokens, kv_rows, seq_tokens, full)
-        return Trial(need <= self.free, min(need, self.free), 0.0)
+        return Trial(need <= self.free_bytes(), min(need, self.free_bytes()), 0.0)
 
     def decode(self, num_seqs: int, context: int, kv_rows: int, max_new_tokens: int) -> Trial:
         self.calls.append(("decode", num_seqs))
         need = (kv_rows + 1) * self.kv_bytes_per_row + num_seqs * self.decode_per_seq
-        return Trial(need <= self.free, min(need, self.free), 0.0)
+        return Trial(need <= self.free_bytes(), min(need, self.free_bytes()), 0.0)
 
     def true_bin_limit(self, seq: int) -> int:
         """The largest multiple of ALIGN whose truncated pass fits beside its own rows (by bisection)."""
@@ -147,6 +157,32 @@ def test_run_probe_decode_memory_limits_the_sequences():
     assert largest * 0.99 <= r.max_decode_seqs <= largest
 
 
+@pytest.mark.parametrize("bin_tokens", [None, 65536])
+def test_run_probe_budgets_leave_the_headroom_beside_the_decode_graphs(bin_tokens):
+    """The worker holds its decode graphs beside every bin and the arena: the budgets leave the
+    headroom with them counted, and the graphs are released when the probe ends."""
+    dev = FakeDevice(graph_bytes=3 * GiB)
+    r = run_probe(dev, max_new_tokens=128, typical_prompt_tokens=1024, bin_tokens=bin_tokens)
+    assert not dev.graphs_held and r.decode_graph_bytes == 3 * GiB
+    def beside_graphs(budgets, full: bool) -> int:  # the bin's pass, the arena and the graphs
+        return dev.need(budgets.token_budget, budgets.kv_rows, budgets.seq_tokens, full) + 3 * GiB
+
+    assert beside_graphs(r, full=True) <= dev.free
+    assert beside_graphs(r, full=False) + r.headroom_bytes <= dev.free  # the headroom is left
+    dev.graphs_held = True
+    assert dev.decode(r.max_decode_seqs, 0, r.kv_rows, 128).ok
+    # budgets planned without counting the graphs would eat the headroom with them
+    without = run_probe(FakeDevice(), max_new_tokens=128, typical_prompt_tokens=1024, bin_tokens=bin_tokens)
+    assert beside_graphs(without, full=False) + r.headroom_bytes > dev.free
+
+
+def test_run_probe_releases_the_decode_graphs_when_nothing_fits():
+    dev = FakeDevice(free=100 << 20)
+    with pytest.raises(ProbeError):
+        run_probe(dev, max_new_tokens=128)
+    assert not dev.graphs_held
+
+
 def test_run_probe_with_a_given_bin_only_plans_the_arena_beside_it():
     dev = FakeDevice()
     r = run_probe(dev, max_new_tokens=64, typical_prompt_tokens=1024, bin_tokens=65536)
@@ -194,7 +230,8 @@ def test_probe_budgets_second_call_is_a_cache_hit(tmp_path):
     second = _probe(tmp_path, dev)
     assert first.source == "probe" and second.source == "cache"
     assert _num_trials(dev) == n  # nothing measured again
-    for name in ("token_budget", "kv_rows", "max_decode_seqs", "peak_bytes", "bin_limit", "free_bytes"):
+    for name in ("token_budget", "kv_rows", "max_decode_seqs", "peak_bytes", "bin_limit", "free_bytes",
+                 "decode_graph_bytes"):
         assert getattr(first, name) == getattr(second, name)
     assert second.cache_path == first.cache_path and Path(second.cache_path).parent == tmp_path
 
@@ -228,7 +265,8 @@ def test_probe_budgets_other_gpu_misses_the_cache(tmp_path):
     lambda text: json.dumps([1, 2, 3]),
     lambda text: text.replace('"kv_rows": ', '"kv_rows": -'),  # negative
     lambda text: text.replace('"max_decode_seqs": ', '"max_decode_seqs": "'),  # wrong type (string)
-    lambda text: text.replace('"version": 2', '"version": 1'),   # an older probe's entry
+    # an older probe's entry (version 2 planned without the decode graphs' memory)
+    lambda text: text.replace(f'"version": {probe_cache.CACHE_VERSION}', '"version": 2'),
     lambda text: text.replace('"free_at_start_bytes": ', '"free_at_start_bytes": -'),
 ])
 def test_probe_budgets_corrupt_entry_is_probed_again_and_rewritten(tmp_path, damage, caplog):

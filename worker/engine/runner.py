@@ -32,16 +32,19 @@ class ModelRunner:
     """Runs prefill (packed bins, long-input chunks) and decode steps against one KV tape."""
 
     def __init__(self, model: torch.nn.Module, kv: KVCache, device: torch.device | str, *,
-                 decode_graphs: bool | None = None, max_decode_batch: int = 1024) -> None:
+                 decode_graphs: bool | None = None, max_decode_batch: int = 1024,
+                 max_seqlen_k: int | None = None) -> None:
         """decode_graphs: replay captured CUDA graphs for decode (default: on CUDA, unless
-        TELESUM_DECODE_GRAPHS=0); decode batches above max_decode_batch run in several passes."""
+        TELESUM_DECODE_GRAPHS=0); decode batches above max_decode_batch run in several passes.
+        max_seqlen_k: the bound on any slab the decode graphs bake in (default: the tape's rows, at
+        most the model's context; the probe captures the worker's graphs beside a tape of a few rows)."""
         self.model = model
         self.kv = kv
         self.device = torch.device(device)
         self._pin = self.device.type == "cuda"
         if decode_graphs is None:
             decode_graphs = self.device.type == "cuda" and os.environ.get(GRAPHS_ENV, "1") != "0"
-        max_seqlen_k = min(kv.capacity_rows, model.cfg.max_position_embeddings)
+        max_seqlen_k = max_seqlen_k or min(kv.capacity_rows, model.cfg.max_position_embeddings)
         self.decode_step = DecodeGraphs(model, kv, self.device, max_batch=max_decode_batch,
                                         max_seqlen_k=max_seqlen_k, use_graphs=decode_graphs)
 

@@ -37,7 +37,8 @@ class ProbeResult:
     warmup_seconds: float  # of which the first passes (compilation, library workspaces)
     source: str           # "probe" (measured now) or "cache" (read from cache_path)
     bin_limit: int        # the largest bin that ran beside only its own KV rows (0 when the bin was given)
-    free_bytes: int       # free device memory when probed
+    free_bytes: int       # free device memory when probed, the decode graphs held
+    decode_graph_bytes: int  # what the decode graphs hold (left out of the bin's and the arena's memory)
     headroom_bytes: int   # memory left free beside the bin's activations and the arena
     seq_tokens: int       # the typical prompt length max_decode_seqs assumes
     device_name: str
@@ -49,7 +50,7 @@ class ProbeResult:
 
 
 _MEASURED = ("token_budget", "kv_rows", "max_decode_seqs", "peak_bytes", "seconds", "warmup_seconds",
-             "bin_limit", "free_bytes", "headroom_bytes", "seq_tokens")
+             "bin_limit", "free_bytes", "decode_graph_bytes", "headroom_bytes", "seq_tokens")
 
 
 def probe_budgets(loaded, device, *, max_new_tokens: int, typical_prompt_tokens: int = TYPICAL_PROMPT_TOKENS,
@@ -92,7 +93,7 @@ def probe_budgets(loaded, device, *, max_new_tokens: int, typical_prompt_tokens:
     figures = {k: getattr(result, k) for k in _MEASURED}
     store_entry(path, key, figures, free_at_start_bytes=free_at_start)
     probed = ProbeResult(**figures, source="probe", **common)
-    log.info("probed in %.1f s: bin %d tokens, %d KV rows, %d sequences, peak %.1f GiB",
+    log.info("probed in %.1f s: bin %d tokens, %d KV rows, %d sequences, peak %.1f GiB (decode graphs %.2f GiB)",
              result.seconds, probed.token_budget, probed.kv_rows, probed.max_decode_seqs,
-             probed.peak_bytes / 2**30)
+             probed.peak_bytes / 2**30, probed.decode_graph_bytes / 2**30)
     return probed

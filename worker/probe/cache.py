@@ -23,10 +23,10 @@ from worker.settings.cache import cache_root
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 2       # bump when what the probe measures, how, or the entry's field names change
+CACHE_VERSION = 3       # bump when what the probe measures, how, or the entry's field names change
 FREE_TOLERANCE = 0.02   # of the device's memory: free memory may differ this much from the probe's
 _INT_FIELDS = ("token_budget", "kv_rows", "max_decode_seqs", "peak_bytes", "bin_limit", "free_bytes",
-               "headroom_bytes", "seq_tokens")
+               "decode_graph_bytes", "headroom_bytes", "seq_tokens")
 
 
 def default_cache_dir() -> Path:

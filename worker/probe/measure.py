@@ -116,6 +116,7 @@ class TorchMeasurer:
         self.resident_bytes = self.gauge.allocated()
         self.kv_bytes_per_row = self.cfg.kv_bytes_per_row(torch.empty((), dtype=self.dtype).element_size())
         self.max_context = self.cfg.max_position_embeddings
+        self._held_graphs: ModelRunner | None = None  # the decode graphs held through the trials
 
     def free_bytes(self) -> int:
         self.gauge.release()
@@ -132,6 +133,24 @@ class TorchMeasurer:
 
     def decode(self, num_seqs: int, context: int, kv_rows: int, max_new_tokens: int) -> Trial:
         return self._trial(lambda: self._decode(num_seqs, context, kv_rows, max_new_tokens))
+
+    def hold_decode_graphs(self) -> int:
+        """Capture every decode batch bucket as the worker's runner does (over a tape of two rows: the
+        captures touch only slab 0's first row and the scratch row) and keep the graphs until
+        `release_decode_graphs`; returns the drop in free memory: their memory pool and logits buffer.
+        0 without graphs (CPU, TELESUM_DECODE_GRAPHS=0)."""
+        before = self.free_bytes()
+        kv = KVCache.allocate(self.cfg, 2, self.dtype, self.device)
+        runner = ModelRunner(self.model, kv, self.device, max_seqlen_k=self.max_context)
+        if not runner.decode_step.use_graphs:
+            return 0
+        runner.decode_step.warm()
+        self._held_graphs = runner
+        return max(0, before - self.free_bytes())
+
+    def release_decode_graphs(self) -> None:
+        self._held_graphs = None
+        self.gauge.release()
 
     def _trial(self, work) -> Trial:
         g = self.gauge

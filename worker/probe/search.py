@@ -4,6 +4,9 @@ No torch here. A `Measurer` runs each trial (`worker.probe.measure` on CUDA; a m
 tests) and says whether it ran and how much memory it took; `run_probe` decides what to try.
 
 The steps, in order:
+0. The decode graphs are captured and held through every later trial, as the worker holds them beside
+   every prefill bin and the arena; the free memory is read with them held. (Left out, a bin sized
+   without them runs out of memory once the worker captures its largest decode bucket.)
 1. Two small prefill bins give the bytes a bin takes per token (its own KV rows + activations).
 2. That line predicts the largest bin the free memory holds; a search around the prediction finds
    the largest bin that actually runs (`bin_limit`) in a few trials.
@@ -65,6 +68,12 @@ class Measurer(Protocol):
     def decode(self, num_seqs: int, context: int, kv_rows: int, max_new_tokens: int) -> Trial:
         """One decode step (with sampling) of `num_seqs` sequences at `context` cached rows each."""
 
+    def hold_decode_graphs(self) -> int:
+        """Capture the worker's decode graphs and hold them until released; the bytes they hold."""
+
+    def release_decode_graphs(self) -> None:
+        """Free what `hold_decode_graphs` holds."""
+
 
 @dataclass(frozen=True)
 class SearchResult:
@@ -73,7 +82,8 @@ class SearchResult:
     max_decode_seqs: int   # sequences that can be in flight (decoding) at once
     peak_bytes: int        # device memory allocated at the peak of the checks (model included)
     bin_limit: int         # the largest bin that ran beside only its own KV rows (0: bin given)
-    free_bytes: int        # free device memory when the probe started
+    free_bytes: int        # free device memory when the probe started, the decode graphs held
+    decode_graph_bytes: int  # what the decode graphs hold beside everything else
     headroom_bytes: int    # left free beside the bin's activations and the arena
     seq_tokens: int        # the typical prompt length the sequences were sized for
     seconds: float
@@ -174,11 +184,22 @@ def slab_rows(bin_tokens: int, seq_tokens: int, max_new_tokens: int) -> int:
 def run_probe(m: Measurer, *, max_new_tokens: int, typical_prompt_tokens: int = TYPICAL_PROMPT_TOKENS,
               bin_tokens: int | None = None, sample_tokens: tuple[int, int] = SAMPLE_TOKENS,
               log: Callable[[str], None] = lambda _: None) -> SearchResult:
-    """Find the budgets (steps in the module docstring). bin_tokens given: only steps 4-6 for it."""
-    started = time.perf_counter()
-    trials: list[dict] = []
+    """Find the budgets (steps in the module docstring). bin_tokens given: only steps 0 and 4-6 for it."""
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    started = time.perf_counter()
+    graph_bytes = m.hold_decode_graphs()
+    try:
+        return _search(m, graph_bytes, started, max_new_tokens=max_new_tokens, typical_prompt_tokens=typical_prompt_tokens,
+                       bin_tokens=bin_tokens, sample_tokens=sample_tokens, log=log)
+    finally:
+        m.release_decode_graphs()
+
+
+def _search(m: Measurer, graph_bytes: int, started: float, *, max_new_tokens: int, typical_prompt_tokens: int,
+            bin_tokens: int | None, sample_tokens: tuple[int, int], log: Callable[[str], None]) -> SearchResult:
+    """Steps 1-6, the decode graphs (`graph_bytes`) held."""
+    trials: list[dict] = []
     seq = max(16, min(typical_prompt_tokens, m.max_context - max_new_tokens))
     per_row = m.kv_bytes_per_row
 
@@ -257,7 +278,8 @@ def run_probe(m: Measurer, *, max_new_tokens: int, typical_prompt_tokens: int = 
     max_seqs, _ = largest_passing(decodes, guess=bound, floor=0, ceiling=bound, step=1)
     if max_seqs < 1:
         raise ProbeError(f"{m.device_name}: not one sequence of {context + 1} rows decodes beside the arena")
-    peak = m.resident_bytes + max(verify.peak_bytes, decode_peak.get(max_seqs, 0))
+    peak = m.resident_bytes + graph_bytes + max(verify.peak_bytes, decode_peak.get(max_seqs, 0))
     return SearchResult(token_budget=bin_tokens, kv_rows=kv_rows, max_decode_seqs=max_seqs, peak_bytes=peak,
-                        bin_limit=bin_limit, free_bytes=free, headroom_bytes=headroom, seq_tokens=seq,
+                        bin_limit=bin_limit, free_bytes=free, decode_graph_bytes=graph_bytes,
+                        headroom_bytes=headroom, seq_tokens=seq,
                         seconds=time.perf_counter() - started, warmup_seconds=warmup_s, trials=trials)
