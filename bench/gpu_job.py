@@ -108,6 +108,8 @@ def summarizer_run(loaded, records, *, sampling: str, worker_config: bool, profi
             prompt_tokens += result.prompt_tokens
         dt = sync_time() - t0
     stats = summarizer.dispatcher.stats()
+    out_of_memory = summarizer.stats().out_of_memory_events  # warm-up included
+    reserved_gib = torch.cuda.memory_reserved() / 2**30  # what the allocator holds at the end of the run
     budgets = getattr(summarizer, "worker_budgets", None)
     prefix = summarizer.prefix.stats() if summarizer.prefix is not None else None
     hit_tokens = prefix["hit_tokens"] - hits_before if prefix else 0  # of the measured records only
@@ -131,7 +133,8 @@ def summarizer_run(loaded, records, *, sampling: str, worker_config: bool, profi
             "bin_fill": stats.get("fill_ratio"), "bins": stats.get("bins"), "kv_rows": kv_rows,
             "prompt_tokens": prompt_tokens, "prefill_tokens_computed": prompt_tokens - hit_tokens,
             "prefix_hit_token_share": hit_tokens / prompt_tokens if prompt_tokens else 0.0,
-            "prefix_region_rows": region_rows,
+            "prefix_region_rows": region_rows, "out_of_memory_events": out_of_memory,
+            "memory_reserved_gib": reserved_gib,
             **({"budgets": budgets} if budgets else {})}
 
 
@@ -393,6 +396,7 @@ def main() -> None:
     ap.add_argument("--shapes", default="smollm2,qwen7b")
     ap.add_argument("--profiles", default="short,mixed")
     ap.add_argument("--quick", action="store_true", help="a fifth of the records, no HF baseline")
+    ap.add_argument("--records", type=int, default=0, help="records per run instead of the shape's count")
     ap.add_argument("--no-hf", action="store_true")
     ap.add_argument("--no-decode-micro", action="store_true", help="skip the decode-step microbenchmark")
     ap.add_argument("--worker-shapes", default="smollm2,qwen7b",
@@ -428,7 +432,7 @@ def main() -> None:
             save()
         limits = dict(x.split(":") for x in args.shape_profiles.split(",") if x)
         for profile in (limits[shape].split("+") if shape in limits else args.profiles.split(",")):
-            n = COUNTS[(shape, profile)] // (5 if args.quick else 1)
+            n = args.records or COUNTS[(shape, profile)] // (5 if args.quick else 1)
             records = records_for(profile, n)
             # On `short`, production sampling runs with prefix reuse on and off, side by side.
             runs = [("greedy", True, ""), ("production", True, "_prefix_on" if profile == "short" else "")]
