@@ -108,7 +108,8 @@ def summarizer_run(loaded, records, *, sampling: str, worker_config: bool, profi
             prompt_tokens += result.prompt_tokens
         dt = sync_time() - t0
     stats = summarizer.dispatcher.stats()
-    out_of_memory = summarizer.stats().out_of_memory_events  # warm-up included
+    # warm-up included; None: a package from before the counter, run side by side (count the warnings)
+    out_of_memory = getattr(summarizer.stats(), "out_of_memory_events", None)
     reserved_gib = torch.cuda.memory_reserved() / 2**30  # what the allocator holds at the end of the run
     budgets = getattr(summarizer, "worker_budgets", None)
     prefix = summarizer.prefix.stats() if summarizer.prefix is not None else None
