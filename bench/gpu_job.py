@@ -24,6 +24,7 @@ import dataclasses
 import gc
 import io
 import json
+import logging
 import pstats
 import statistics
 import threading
@@ -407,6 +408,8 @@ def main() -> None:
     ap.add_argument("--only", default="", help="comma-separated run keys to run (e.g. "
                                                 "smollm2_short_production_prefix_on); default: all")
     args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("worker.probe").setLevel(logging.INFO)  # the budgets each worker run plans with
     args.out.mkdir(parents=True, exist_ok=True)
     if args.chart_from:
         chart(json.loads(args.chart_from.read_text()), args.out / "gpu_job.png")
