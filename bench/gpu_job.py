@@ -369,6 +369,8 @@ def chart(res: dict, path: Path) -> None:
     for i, (_, v) in enumerate(runs):
         busy = v.get("gpu_busy")
         label = f"{v['records_per_s']:.1f}" + (f"  (GPU busy {busy:.0%})" if busy is not None else "")
+        if v.get("out_of_memory_events") is not None:
+            label += f", {v['out_of_memory_events']} out-of-memory"
         ax1.text(v["records_per_s"], i, " " + label, va="center", fontsize=8)
     ax1.set_xscale("log")
     ax1.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
