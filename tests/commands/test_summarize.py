@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -13,6 +12,7 @@ import worker.model
 import worker.model.tokenizer
 from worker.cli import main
 from worker.model.attention import SdpaBackend
+from worker.model.loader import LoadedModel
 from worker.model.config import ModelConfig
 from worker.model.llama import LlamaModel
 
@@ -23,8 +23,8 @@ from tests.engine.tiny_tokenizer import tiny_tokenizer
 def tiny_loaded(monkeypatch):
     cfg = ModelConfig.tiny(vocab_size=259, max_position_embeddings=4096, eos_token_ids=(2,))
     torch.manual_seed(2)
-    loaded = SimpleNamespace(model=LlamaModel(cfg, SdpaBackend()).eval(), config=cfg,
-                             tokenizer=tiny_tokenizer(), name="tiny-random")
+    loaded = LoadedModel(model=LlamaModel(cfg, SdpaBackend()).eval(), config=cfg, tokenizer=tiny_tokenizer(),
+                         name="tiny-random", device=torch.device("cpu"), dtype=torch.float32)
     calls = []
     monkeypatch.setattr(worker.model, "load_model", lambda src, **kw: calls.append(src) or loaded)
     # loaded before the model, on its own (the preprocessing pool starts with it)

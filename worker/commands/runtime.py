@@ -160,19 +160,18 @@ def build_summarizer(engine: EngineSettings, budgets: Budgets, loaded, dispatche
     return Summarizer(loaded, engine, budgets, dispatcher=dispatcher, preprocessor=preprocessor)
 
 
-def banner(command: str, loaded, budgets: Budgets, summarizer=None, **extra: Any) -> None:
+def banner(command: str, loaded, budgets: Budgets, summarizer, **extra: Any) -> None:
     """One INFO line at start-up: model, device, dtype, attention backend and the budgets in force
-    with where each came from."""
-    backend = getattr(getattr(loaded.model, "backend", None), "name", "unknown")
-    device = next(loaded.model.parameters()).device
-    dtype = str(next(loaded.model.parameters()).dtype).replace("torch.", "")
-    arena = getattr(getattr(summarizer, "arena", None), "capacity_rows", None)
+    with where each came from (a defaulted arena: the rows the Summarizer sized)."""
+    backend = loaded.model.backend.name
+    dtype = str(loaded.dtype).removeprefix("torch.")
+    arena = summarizer.arena.capacity_rows
     kv = budgets.describe()
-    if arena is not None and budgets.kv_rows is None:
+    if budgets.kv_rows is None:
         kv = kv.replace("kv_rows=auto", f"kv_rows={arena}")
-    fields = {"command": command, "model": loaded.name, "device": str(device), "dtype": dtype,
+    fields = {"command": command, "model": loaded.name, "device": str(loaded.device), "dtype": dtype,
               "attention_backend": backend, "token_budget": budgets.token_budget,
-              "max_seqs_per_bin": budgets.max_seqs_per_bin, "kv_rows": arena or budgets.kv_rows,
+              "max_seqs_per_bin": budgets.max_seqs_per_bin, "kv_rows": arena,
               "budget_sources": budgets.sources, **extra}
-    log.info("telesum %s: model %s on %s (%s), attention %s; budgets: %s", command, loaded.name, device, dtype,
+    log.info("telesum %s: model %s on %s (%s), attention %s; budgets: %s", command, loaded.name, loaded.device, dtype,
              backend, kv, extra={"banner": fields})

@@ -167,9 +167,8 @@ def _serve(args: argparse.Namespace) -> int:
                                output_topic=k.output_topic, dlq_topic=k.dlq_topic, group_id=k.group_id)
     loaded, budgets, summarizer = started.model, started.budgets, started.summarizer
     summarizer.start()
-    device = next(loaded.model.parameters()).device
-    ops.start_status({"worker": k.worker_name, "model": loaded.name, "device": str(device),
-                      "attention_backend": getattr(loaded.model.backend, "name", "unknown"),
+    ops.start_status({"worker": k.worker_name, "model": loaded.name, "device": str(loaded.device),
+                      "attention_backend": loaded.model.backend.name,
                       "budgets": budgets.describe(), "group": k.group_id,
                       "topics": f"{k.input_topic} -> {k.output_topic} (dead letters {k.dlq_topic})"})
     ops.health.set_model_loaded()
