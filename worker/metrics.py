@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from worker.messages import Summary
 
 if TYPE_CHECKING:  # the snapshots' types live above this layer
+    from worker.kafka.incident_loop import IncidentLoopStats
     from worker.kafka.loop import LoopStats, PartitionStats
     from worker.summarizer.summarizer import SummarizerStats
 
@@ -156,11 +157,11 @@ class WorkerMetrics:
                 pass
         self.partitions = snapshot
 
-    def observe_incidents(self, loop) -> None:
-        """The incident loop's observer (worker/kafka/incident_loop.py). Only from that loop's thread."""
+    def observe_incidents(self, stats: IncidentLoopStats) -> None:
+        """The incident loop's `stats()` after every step. Only from that loop's thread."""
         if self._incidents is None:
             self._incidents = _IncidentMetrics(self.registry, self.labels)
-        self._incidents.observe(loop)
+        self._incidents.observe(stats)
 
     def observe_results(self, results: list[tuple[Hashable, Summary | Exception]]) -> None:
         """Per-record timings and token counts of finished summaries (failures count as dead letters)."""
@@ -224,14 +225,14 @@ class _IncidentMetrics:
         self._labels = labels
         self._last: dict[str, float] = {}
 
-    def observe(self, loop) -> None:
-        stats = loop.stats
-        WorkerMetrics._inc_delta(self._last, "alarms", stats.alarms, self.alarms)
-        WorkerMetrics._inc_delta(self._last, "events", stats.events, self.events)
-        self.open.set(max(0, stats.opened - stats.resolved))
-        for kind, value in loop.observed:
+    def observe(self, stats: IncidentLoopStats) -> None:
+        counts = stats.counts
+        WorkerMetrics._inc_delta(self._last, "alarms", counts.alarms, self.alarms)
+        WorkerMetrics._inc_delta(self._last, "events", counts.events, self.events)
+        self.open.set(max(0, counts.opened - counts.resolved))
+        for kind, value in stats.observed:
             (self.open_s if kind == "open_s" else self.size).observe(value)
-        if loop.follow_ups is not None:  # the combined worker, with the model's text on
-            for outcome, value in dataclasses.asdict(loop.follow_ups.stats).items():
+        if stats.follow_ups is not None:  # the combined worker, with the model's text on
+            for outcome, value in dataclasses.asdict(stats.follow_ups).items():
                 WorkerMetrics._inc_delta(self._last, f"follow_ups_{outcome}", value,
                                          self.follow_ups.labels(**self._labels, outcome=outcome))

@@ -91,7 +91,7 @@ def test_incident_loop_rebalance_to_a_second_member_every_alarm_listed_once(kafk
     assert len(counts) == 600, f"{600 - len(counts)} inputs in no incident"
     assert [k for k, n in counts.items() if n > 1] == []
     # The second member took partitions over: it rebuilt (recomputing) or restored (state topic) their rooms.
-    assert second.parts and (second.stats.consumed or second.stats.events)
+    assert second.parts and (second.counts.consumed or second.counts.events)
 
 
 def test_incident_loop_at_least_once_commits_no_further_than_an_open_incident(kafka_bootstrap, topics, run_loop):
@@ -283,7 +283,7 @@ def test_incident_loop_undecodable_batch_exit_drains_the_other_partitions_then_r
     thread.join(60)
     assert not thread.is_alive() and len(raised) == 1
     assert (raised[0].stuck.tp, raised[0].stuck.offset) == (TopicPartition(inp, 0), 3)
-    assert loop.stats.drained_cleanly  # what was read before the stop went out in the last transaction
+    assert loop.counts.drained_cleanly  # what was read before the stop went out in the last transaction
     events = read_events(kafka_bootstrap, incidents, lambda e: False, wait_s=3)
     assert not [k for k in listed(events) if k[0] == 0 and k[1] >= 3]  # nothing of the bad batch or after it
 

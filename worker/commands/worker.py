@@ -83,16 +83,15 @@ class _Ops:
             self.board = StatusBoard(self.metrics, about, settings_rows(self.loaded), self.health.readiness)
             self.server.status = self.board
 
-    def observe_incidents(self, loop) -> None:
-        """The incident loop's observer hook; alone (TELESUM_INCIDENT_ONLY) it is also the one health watches."""
-        from worker.kafka.loop import consumer_stats
-
+    def observe_incidents(self, stats) -> None:
+        """The incident loop's observer: its `stats()` after every step; alone (TELESUM_INCIDENT_ONLY) it
+        is also the loop health watches."""
         if self.metrics is not None:
-            self.metrics.observe_incidents(loop)
+            self.metrics.observe_incidents(stats)
         if self.loaded.settings.incidents.only:
-            self.health.observe(len(loop.parts), consumer_stats(loop.consumer))
+            self.health.observe(stats.assigned, stats.consumer)
         if self.board is not None:
-            self.board.observe_incidents(loop)
+            self.board.observe_incidents(stats)
 
     def observer(self, summarizer):
         """The summarizing loop's one observer: metrics, health and the status page from its and the

@@ -21,11 +21,13 @@ queues acknowledgements.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from kafka import TopicPartition
 from kafka.errors import KafkaError
@@ -38,9 +40,10 @@ from worker.kafka.clients import Consumer, Producer
 from worker.kafka.incident_outputs import (IncidentProducer, IncidentStats, Out, commit_transaction, dead_letter,
                                            event_output, read_message)
 from worker.kafka.incident_outputs import incident_kafka_settings  # noqa: F401 - the loop's settings, re-exported
-from worker.kafka.incident_followups import FollowUps
+from worker.kafka.incident_followups import FollowUps, FollowUpStats
 from worker.incidents.snapshot import restore as restore_room, snapshot
 from worker.kafka.incident_partition import InputRef, PartitionRoom, Restore
+from worker.kafka.loop import ConsumerStats, consumer_stats
 from worker.kafka.incident_state import ensure_state_topic, read_states, state_key, state_topic_of
 from worker.kafka.records import Output
 from worker.kafka.undecodable import UndecodableBatch
@@ -57,12 +60,25 @@ _RESEND_S = 1.0
 _VIEW_S = 2.0
 
 
+@dataclass(frozen=True)
+class IncidentLoopStats:
+    """What an IncidentLoop holds and has done, read at one moment (`IncidentLoop.stats()`, what its
+    observer gets after every step). Counters count since start."""
+
+    counts: IncidentStats
+    observed: tuple[tuple[str, float], ...]     # since the last step: ("open_s", wait), ("alarms", size)
+    follow_ups: FollowUpStats | None            # None: the model's text of incidents is off
+    open_incidents: tuple[IncidentEvent, ...]   # the open incidents as of the last view (every _VIEW_S)
+    assigned: int                               # input partitions this loop holds
+    consumer: ConsumerStats
+
+
 class IncidentLoop:
     """Serves the incidents of `settings.input_topic` until `stop` is set. `run()` from one thread."""
 
     def __init__(self, settings: KafkaSettings, incidents: IncidentSettings, config: RoomConfig,
                  consumer: Consumer | None = None, producer: Producer | None = None,
-                 observer: Callable[[IncidentLoop], None] | None = None) -> None:
+                 observer: Callable[[IncidentLoopStats], None] | None = None) -> None:
         self.settings, self.incidents, self.config = settings, incidents, config
         self.topic = incidents.topic or ""
         self.state_topic = state_topic_of(settings, incidents)  # incident_state.py; checked in run()
@@ -72,7 +88,7 @@ class IncidentLoop:
         self.decode = decoder_for(settings.input_format, parse_field_map(settings.json_log_fields),
                                   settings.max_items_per_message)
         self.parts: dict[TopicPartition, PartitionRoom] = {}
-        self.stats = IncidentStats()
+        self.counts = IncidentStats()
         self._new: set[TopicPartition] = set()
         self._revoking: set[TopicPartition] = set()
         self._outbox: list[Out] = []                      # exactly-once: for the next transaction
@@ -82,7 +98,7 @@ class IncidentLoop:
         self._committed: dict[TopicPartition, tuple[int, str]] = {}
         self._last_commit = 0.0
         self.observed: list[tuple[str, float]] = []  # for the observer: ("open_s", wait) and ("alarms", size)
-        self.open_view: list[IncidentEvent] = []     # the open incidents, refreshed every _VIEW_S for other threads
+        self._open_view: tuple[IncidentEvent, ...] = ()  # the open incidents, refreshed every _VIEW_S
         self._last_view = 0.0
         self.follow_ups: FollowUps | None = None      # the model's text of new incidents (use_summarizer)
 
@@ -144,7 +160,7 @@ class IncidentLoop:
         finally:
             self.consumer.close()
             self.producer.close()
-        return self.stats
+        return self.counts
 
     def _check_state_topic(self) -> None:
         """Create the state topic unless it exists. The default one, where the broker refuses to create it,
@@ -182,9 +198,17 @@ class IncidentLoop:
         if self.observer is not None:
             if time.monotonic() - self._last_view >= _VIEW_S:
                 self._last_view = time.monotonic()
-                self.open_view = [event for part in self.parts.values() for event in part.room.open_incidents()]
-            self.observer(self)
+                self._open_view = tuple(event for part in self.parts.values() for event in part.room.open_incidents())
+            self.observer(self.stats())
             self.observed.clear()
+
+    def stats(self) -> IncidentLoopStats:
+        """What the loop holds and has done, read now (copies). Only from the loop's thread."""
+        follow_ups = self.follow_ups
+        return IncidentLoopStats(counts=dataclasses.replace(self.counts), observed=tuple(self.observed),
+                                 follow_ups=dataclasses.replace(follow_ups.stats) if follow_ups is not None else None,
+                                 open_incidents=self._open_view, assigned=len(self.parts),
+                                 consumer=consumer_stats(self.consumer))
 
     def _open_new(self) -> None:
         """Rooms for newly assigned partitions, restored from their committed offset and metadata."""
@@ -222,9 +246,9 @@ class IncidentLoop:
             self._new.add(tp)
             self._open_new()
             part = self.parts[tp]
-        self.stats.consumed += 1
+        self.counts.consumed += 1
         alarms, letters = read_message(self.decode, msg, answer_invalid=self.incidents.only)
-        self.stats.alarms += len(alarms)
+        self.counts.alarms += len(alarms)
         self._emit(tp, part.feed(msg.offset, alarms, [ref for ref, _ in letters]))
         for ref, item in letters:
             if not part.is_echo(ref):
@@ -287,7 +311,7 @@ class IncidentLoop:
         part = self.parts.get(out.tp)
         if part is None:
             return
-        self.stats.count(out.event, part.covered(out.refs), self.observed if self.observer is not None else None)
+        self.counts.count(out.event, part.covered(out.refs), self.observed if self.observer is not None else None)
 
     def _maybe_commit(self, force: bool) -> None:
         now = time.monotonic()
@@ -317,7 +341,7 @@ class IncidentLoop:
             log.warning("incidents: commit of %s failed: %s", {tp: o for tp, (o, _) in offsets.items()}, exc)
             return
         self._committed.update(offsets)
-        self.stats.commits += 1
+        self.counts.commits += 1
 
     def _transaction(self, offsets: dict[TopicPartition, tuple[int, str]]) -> None:
         batch = [out for out in self._outbox if out.tp in self.parts and out.tp not in self._revoking]
@@ -325,15 +349,15 @@ class IncidentLoop:
         states = [Out(tp, Output(self.state_topic, state_key(tp), snapshot(self.parts[tp].room), []), ())
                   for tp in sorted(offsets.keys() | {out.tp for out in batch})] if self.state_topic else []
         if not commit_transaction(self.producer, self.consumer, batch + states, offsets):
-            self.stats.aborts += 1
+            self.counts.aborts += 1
             return
         sent = set(map(id, batch))  # the states are not in the outbox
         self._outbox = [out for out in self._outbox if id(out) not in sent]
         for out in batch:
             self._done(out)
         self._committed.update(offsets)
-        self.stats.transactions += 1
-        self.stats.commits += bool(offsets)
+        self.counts.transactions += 1
+        self.counts.commits += bool(offsets)
 
     def _drain(self) -> None:
         """Stop fetching; publish what is ready and commit. Open incidents stay open: their uncovered
@@ -347,8 +371,8 @@ class IncidentLoop:
         while self._outbox and time.monotonic() < deadline:
             time.sleep(0.1)  # an aborted last transaction: try again while the deadline allows
             self._maybe_commit(force=True)
-        self.stats.drained_cleanly = not (self._outbox or self._unacked or self._resend)
-        log.info("incidents: drained (%s): %s", "clean" if self.stats.drained_cleanly else "deadline hit", self.stats)
+        self.counts.drained_cleanly = not (self._outbox or self._unacked or self._resend)
+        log.info("incidents: drained (%s): %s", "clean" if self.counts.drained_cleanly else "deadline hit", self.counts)
         if self.follow_ups is not None:  # those still in flight are lost: their incidents go without
             log.info("incidents: model text of incidents: %s; %d in flight left", self.follow_ups.stats,
                      self.follow_ups.in_flight)

@@ -18,7 +18,8 @@ import msgspec
 from worker.control_chars import clean_text
 from worker.messages import Summary
 
-if TYPE_CHECKING:  # the loop's snapshot type lives above this layer
+if TYPE_CHECKING:  # the loops' snapshot types live above this layer
+    from worker.kafka.incident_loop import IncidentLoopStats
     from worker.kafka.loop import LoopStats
 
 # The page shows this many of the latest summaries.
@@ -58,12 +59,12 @@ class StatusBoard:
             while len(self._answered) > 2 and now - self._answered[1][0] > _RATE_WINDOW_S:
                 self._answered.popleft()
 
-    def observe_incidents(self, loop) -> None:
-        """The incident loop's observer hook: its open incidents (the loop's own view). Only from its thread."""
+    def observe_incidents(self, stats: IncidentLoopStats) -> None:
+        """The incident loop's `stats()`: its open incidents (the loop's own view). Only from its thread."""
         rows = [{"incident_id": e.incident_id, "summary": clean_text(e.summary[:_SUMMARY_CHARS]),
                  "root_cause": f"{clean_text(e.root_cause.alarm_type)} on {clean_text(e.root_cause.element)}",
                  "alarms": e.alarms, "elements": len(e.elements), "first_time": e.first_time, "last_time": e.last_time}
-                for e in sorted(loop.open_view, key=lambda e: -e.alarms)[:LATEST]]
+                for e in sorted(stats.open_incidents, key=lambda e: -e.alarms)[:LATEST]]
         with self._lock:
             self._incidents = rows
 
