@@ -22,6 +22,7 @@ import torch
 from worker.engine.engine import is_out_of_memory
 from worker.engine.runner import ModelRunner
 from worker.engine.sampling import SamplingBatch
+from worker.engine.warmup import capture_decode_graphs
 from worker.model.kv_cache import KVCache
 from worker.probe.search import ProbeError, Trial
 
@@ -135,16 +136,20 @@ class TorchMeasurer:
         return self._trial(lambda: self._decode(num_seqs, context, kv_rows, max_new_tokens))
 
     def hold_decode_graphs(self) -> int:
-        """Capture every decode batch bucket as the worker's runner does (over a tape of two rows: the
-        captures touch only slab 0's first row and the scratch row) and keep the graphs until
-        `release_decode_graphs`; returns the drop in free memory: their memory pool and logits buffer.
-        0 without graphs (CPU, TELESUM_DECODE_GRAPHS=0)."""
+        """Capture every decode batch bucket in the order the worker does (the small ones at start, the
+        rest smallest first as steps first need them: the pool may grow past what the largest alone
+        takes), over a tape of two rows (the captures touch only slab 0's first row and the scratch
+        row), and keep the graphs until `release_decode_graphs`; returns the drop in free memory:
+        their memory pool and logits buffer. 0 without graphs (CPU, TELESUM_DECODE_GRAPHS=0)."""
         before = self.free_bytes()
         kv = KVCache.allocate(self.cfg, 2, self.dtype, self.device)
         runner = ModelRunner(self.model, kv, self.device, max_seqlen_k=self.max_context)
-        if not runner.decode_step.use_graphs:
+        graphs = runner.decode_step
+        if not graphs.use_graphs:
             return 0
-        runner.decode_step.warm()
+        capture_decode_graphs(graphs, None)
+        for bucket in graphs.buckets:
+            graphs.warm(bucket)
         self._held_graphs = runner
         return max(0, before - self.free_bytes())
 
