@@ -71,56 +71,39 @@ def test_summarizer_start_captures_the_buckets_its_budgets_reach_before_the_gpu_
                    preprocessor=Preprocessor(loaded.tokenizer, 0))
     graphs = s.runner.decode_step
     graphs.use_graphs = True
-    warmed: list[tuple[int, bool]] = []
+    warmed: list[tuple[int | None, bool]] = []
 
-    def capture(bucket):  # record, and whether the loop thread exists yet (no CUDA to capture on)
-        warmed.append((bucket, s._thread is None))
-        graphs._graphs[bucket] = None
-        if bucket == 1:  # the last one start-up captures: the first step then runs eagerly
-            graphs.use_graphs = False
+    def warm(limit=None):  # record, then run eagerly: there is no CUDA to capture on
+        warmed.append((limit, s._thread is None))
+        graphs.use_graphs = False
 
-    monkeypatch.setattr(graphs, "_capture", capture)
+    monkeypatch.setattr(graphs, "warm", warm)
     try:
         s.start()
     finally:
         s.close(drain=False)
-    # the bucket holding 40 sequences (the budgets' reach) first, then the smaller ones
-    assert warmed == [(48, True), (32, True), (16, True), (8, True), (4, True), (2, True), (1, True)]
+    assert warmed == [(48, True)]  # the bucket holding 40 sequences, before the loop thread existed
 
 
-def test_start_up_captures_the_largest_reachable_bucket_first_then_the_small_ones():
-    """capture_decode_graphs captures the bucket the budgets reach first (it sizes the shared pool that
-    later captures reuse), then the buckets up to CAPTURED_AT_START; with graphs off it does nothing."""
+def test_start_up_captures_only_the_small_buckets_the_rest_when_first_needed():
+    """capture_decode_graphs warms the buckets up to CAPTURED_AT_START, whatever the budgets reach;
+    with graphs off it does nothing."""
     from worker.engine.decode_graphs import decode_buckets
     from worker.engine.warmup import CAPTURED_AT_START, capture_decode_graphs
 
     class Graphs:
         use_graphs, max_batch = True, 1024
         buckets = decode_buckets(1024)
-
-        def __init__(self):
-            self.captured = []
+        warmed = None
 
         def bucket_for(self, batch):
             return next(b for b in self.buckets if b >= batch)
 
-        def warm_bucket(self, bucket):
-            if bucket not in self.captured:
-                self.captured.append(bucket)
-
         def warm(self, largest):
-            for b in reversed([b for b in self.buckets if b <= largest]):
-                self.warm_bucket(b)
-
-        @property
-        def warmed(self):
-            return self.captured or None
+            self.warmed = largest
 
     graphs = Graphs()
-    assert capture_decode_graphs(graphs, 2021) == 1024
-    assert graphs.captured == [1024] + [b for b in reversed(graphs.buckets) if b <= CAPTURED_AT_START]
-    graphs = Graphs()
-    assert capture_decode_graphs(graphs, 20) == 32 and graphs.captured == [32, 16, 8, 4, 2, 1]
-    graphs = Graphs()
-    graphs.use_graphs = False
+    assert capture_decode_graphs(graphs, 2021) == CAPTURED_AT_START == graphs.warmed
+    assert capture_decode_graphs(graphs, 20) == 32 == graphs.warmed
+    graphs.use_graphs, graphs.warmed = False, None
     assert capture_decode_graphs(graphs, 2021) is None and graphs.warmed is None

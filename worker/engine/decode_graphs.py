@@ -100,16 +100,11 @@ class DecodeGraphs:
         last = self.max_batch if max_batch is None else self.bucket_for(min(max(max_batch, 1), self.max_batch))
         wanted = [b for b in self.buckets if b <= last]
         for bucket in reversed(wanted):
-            self.warm_bucket(bucket)
+            if not self.use_graphs:
+                self._warm_eager(bucket)
+            elif bucket not in self._graphs:
+                self._capture(bucket)
         return tuple(wanted)
-
-    @torch.inference_mode()
-    def warm_bucket(self, bucket: int) -> None:
-        """Capture one bucket now (eager: run it once), unless already captured. As `warm`."""
-        if not self.use_graphs:
-            self._warm_eager(bucket)
-        elif bucket not in self._graphs:
-            self._capture(bucket)
 
     def _warm_eager(self, bucket: int) -> None:
         rows = self._staging[:, :bucket]

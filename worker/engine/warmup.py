@@ -13,24 +13,21 @@ from worker.engine.sequence import SamplingParams, Sequence
 log = logging.getLogger(__name__)
 
 
-# Decode buckets captured at start-up: the largest a batch can reach (it sizes the graphs' shared
-# memory pool, which the probe measures and every later capture reuses: captured smallest first as
-# batches grew, the pool grew past it mid-stream, after the arena was sized) and the small batches
-# every stream begins with. Any other bucket is captured the first time a batch needs it
-# (DecodeGraphs.run), one stall of a few hundred ms per bucket, once: on an H200 the buckets up to
-# 1,024 took 4.5 s of a cold start and, with the elementwise ops' compilation, 8.6 s of a warm one.
+# Decode buckets captured at start-up: the small batches every stream begins with. A larger bucket
+# is captured the first time a batch needs it (DecodeGraphs.run), one stall of a few hundred ms per
+# bucket, once: on an H200 the buckets up to 1,024 took 4.5 s of a cold start and, with the
+# elementwise ops' compilation, 8.6 s of a warm one.
 CAPTURED_AT_START = 64
 
 
 def capture_decode_graphs(graphs: DecodeGraphs, reach: int | None) -> int | None:
-    """The bucket a decode batch of up to `reach` sequences (None: any) falls in, then every bucket up
-    to CAPTURED_AT_START, captured now; returns the largest (None: graphs off, nothing to do). Call
+    """Every bucket a decode batch of up to `reach` sequences (None: any) falls in, up to
+    CAPTURED_AT_START, captured now; returns the largest (None: graphs off, nothing to do). Call
     before the GPU loop starts: a capture stalls every decoding sequence."""
     if not graphs.use_graphs:
         return None
-    largest = graphs.bucket_for(min(reach or graphs.max_batch, graphs.max_batch))
-    graphs.warm_bucket(largest)
-    graphs.warm(min(largest, graphs.bucket_for(min(CAPTURED_AT_START, graphs.max_batch))))
+    largest = graphs.bucket_for(min(reach or graphs.max_batch, graphs.max_batch, CAPTURED_AT_START))
+    graphs.warm(largest)
     return largest
 
 

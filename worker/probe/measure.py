@@ -136,17 +136,20 @@ class TorchMeasurer:
         return self._trial(lambda: self._decode(num_seqs, context, kv_rows, max_new_tokens))
 
     def hold_decode_graphs(self) -> int:
-        """Capture the decode graphs the worker captures at start (`capture_decode_graphs`: the largest
-        bucket first, which sizes their memory pool, then the small ones; a bucket captured later reuses
-        that pool) over a tape of two rows (the captures touch only slab 0's first row and the scratch
-        row), and keep them until `release_decode_graphs`; returns the drop in free memory: their pool
-        and logits buffer. 0 without graphs (CPU, TELESUM_DECODE_GRAPHS=0)."""
+        """Capture every decode batch bucket in the order the worker does (the small ones at start, the
+        rest smallest first as steps first need them: the pool may grow past what the largest alone
+        takes), over a tape of two rows (the captures touch only slab 0's first row and the scratch
+        row), and keep the graphs until `release_decode_graphs`; returns the drop in free memory:
+        their memory pool and logits buffer. 0 without graphs (CPU, TELESUM_DECODE_GRAPHS=0)."""
         before = self.free_bytes()
         kv = KVCache.allocate(self.cfg, 2, self.dtype, self.device)
         runner = ModelRunner(self.model, kv, self.device, max_seqlen_k=self.max_context)
-        if not runner.decode_step.use_graphs:
+        graphs = runner.decode_step
+        if not graphs.use_graphs:
             return 0
-        capture_decode_graphs(runner.decode_step, None)
+        capture_decode_graphs(graphs, None)
+        for bucket in graphs.buckets:
+            graphs.warm(bucket)
         self._held_graphs = runner
         return max(0, before - self.free_bytes())
 

@@ -4,10 +4,9 @@ No torch here. A `Measurer` runs each trial (`worker.probe.measure` on CUDA; a m
 tests) and says whether it ran and how much memory it took; `run_probe` decides what to try.
 
 The steps, in order:
-0. After a warm-up pass (compilation), the decode graphs the worker captures at start are captured
-   and held through every later trial, as the worker holds them beside every prefill bin and the
-   arena; the free memory is read with them held. (Left out, a bin sized without them ran out of
-   memory once the worker captured its largest decode bucket.)
+0. The decode graphs are captured and held through every later trial, as the worker holds them beside
+   every prefill bin and the arena; the free memory is read with them held. (Left out, a bin sized
+   without them runs out of memory once the worker captures its largest decode bucket.)
 1. Two small prefill bins give the bytes a bin takes per token (its own KV rows + activations).
 2. That line predicts the largest bin the free memory holds; a search around the prediction finds
    the largest bin that actually runs (`bin_limit`) in a few trials.
@@ -189,21 +188,19 @@ def run_probe(m: Measurer, *, max_new_tokens: int, typical_prompt_tokens: int = 
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     started = time.perf_counter()
-    seq = max(16, min(typical_prompt_tokens, m.max_context - max_new_tokens))
-    m.warm_up(seq)
-    warmup_s = time.perf_counter() - started
     graph_bytes = m.hold_decode_graphs()
     try:
-        return _search(m, graph_bytes, seq, started, warmup_s, max_new_tokens=max_new_tokens,
+        return _search(m, graph_bytes, started, max_new_tokens=max_new_tokens, typical_prompt_tokens=typical_prompt_tokens,
                        bin_tokens=bin_tokens, sample_tokens=sample_tokens, log=log)
     finally:
         m.release_decode_graphs()
 
 
-def _search(m: Measurer, graph_bytes: int, seq: int, started: float, warmup_s: float, *, max_new_tokens: int,
+def _search(m: Measurer, graph_bytes: int, started: float, *, max_new_tokens: int, typical_prompt_tokens: int,
             bin_tokens: int | None, sample_tokens: tuple[int, int], log: Callable[[str], None]) -> SearchResult:
-    """Steps 1-6 for prompts of `seq` tokens, the decode graphs (`graph_bytes`) held."""
+    """Steps 1-6, the decode graphs (`graph_bytes`) held."""
     trials: list[dict] = []
+    seq = max(16, min(typical_prompt_tokens, m.max_context - max_new_tokens))
     per_row = m.kv_bytes_per_row
 
     def prefill(tokens: int, kv_rows: int, *, full: bool, why: str) -> Trial:
@@ -214,6 +211,8 @@ def _search(m: Measurer, graph_bytes: int, seq: int, started: float, warmup_s: f
             f"{'ok' if t.ok else 'out of memory'}, peak {t.peak_bytes / 2**30:.2f} GiB, {t.seconds:.2f} s")
         return t
 
+    m.warm_up(seq)
+    warmup_s = time.perf_counter() - started
     free = m.free_bytes()
     headroom = headroom_for(m.total_bytes)
     bin_limit = 0

@@ -25,7 +25,7 @@ from worker.engine.prefix_reuse import BLOCK_SIZE as PREFIX_BLOCK_SIZE
 from worker.engine.prefix_reuse import PrefixReuse
 from worker.engine.runner import ModelRunner
 from worker.engine.sizing import arena_rows
-from worker.engine.warmup import CAPTURED_AT_START, capture_decode_graphs, run_first_step
+from worker.engine.warmup import capture_decode_graphs, run_first_step
 from worker.summarizer.in_order import results_in_order, summarize_all
 from worker.summarizer.long_records import WAKE, LongRecords, MergeDue
 from worker.messages import Facts, Summary, TelemetryRecord
@@ -142,8 +142,7 @@ class Summarizer:
         largest = capture_decode_graphs(self.runner.decode_step, self.max_decode_seqs and max(
             self.max_decode_seqs, self.max_seqs_per_bin))
         if largest is not None:
-            log_startup_phase(f"decode graphs captured (batch bucket {largest} and those up to "
-                              f"{min(largest, CAPTURED_AT_START)})", started, log)
+            log_startup_phase(f"decode graphs captured (batch buckets up to {largest})", started, log)
         self.dispatcher.start()
         self._thread = threading.Thread(target=self.engine.run, name="telesum-gpu-loop", daemon=True)
         self._thread.start()
