@@ -230,6 +230,36 @@ def test_worker_incident_topic_set_summaries_go_on_and_incidents_come_beside_the
     assert "incidents: drained (clean)" in worker.log()
 
 
+def test_worker_exactly_once_sends_the_models_text_of_a_new_incident_as_a_later_update(kafka_bootstrap, topics,
+                                                                                     tokenizer_dir, tmp_path):
+    """The combined worker under exactly-once (state topic by default): each `open` is also asked of the
+    model; the tiny random model writes past the grounded opening, so its text follows as an `update`
+    carrying `model_summary` and no inputs, in sequence, read_committed, every alarm still listed once."""
+    inp, out, dlq, incidents = topics(2)
+    produce_storm(kafka_bootstrap, inp, 40)
+    worker = WorkerProcess(kafka_bootstrap, inp, out, dlq, f"g-{uuid.uuid4().hex}", tokenizer_dir,
+                           tmp_path / "w.log", **{"worker-id": "w0", "processing-guarantee": "exactly-once",
+                                                  "incident-topic": incidents, "incident-topology": STORM_TOPOLOGY,
+                                                  "incident-rules": STORM_RULES, "incident-update-interval-s": UPDATE_S})
+    try:
+        events = read_events(kafka_bootstrap, incidents, lambda ev: len(listed(ev)) >= 40 and any(
+            e.get("model_summary") for e in ev), wait_s=120)
+        assert worker.stop() == 0, worker.log()[-3000:]
+    finally:
+        if worker.proc.poll() is None:
+            worker.kill()
+    follow_ups = [e for e in events if e.get("model_summary")]
+    assert follow_ups, worker.log()[-3000:]
+    opened = {e["incident_id"] for e in events if e["event"] == "open"}
+    for f in follow_ups:
+        assert f["event"] == "update" and f["incident_id"] in opened and not f.get("inputs")
+        assert not f["model_summary"].startswith(f["summary"][:20])  # the model's words only, not the opening
+    for incident in opened:  # one event per sequence number, in order, the follow-up among them
+        seqs = [e["sequence"] for e in events if e["incident_id"] == incident]
+        assert seqs == list(range(1, len(seqs) + 1)), seqs
+    assert len(listed(events)) == 40 and set(listed(events).values()) == {1}
+
+
 def test_worker_sigkill_incident_only_at_least_once_no_alarm_in_no_incident(kafka_bootstrap, topics, tokenizer_dir,
                                                                             tmp_path, monkeypatch):
     inp, out, dlq, incidents = topics(2)
