@@ -180,6 +180,22 @@ def test_bench_quality_tiny_sample_runs_end_to_end(tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_bench_quality_with_fp8_weights_names_them_and_summarises(tmp_path, capsys):
+    from worker.model import embedded_model_path
+
+    try:
+        embedded_model_path()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    out = tmp_path / "records.jsonl"
+    rc = main(["bench", "quality", "--n", "3", "--mixed", "0", "--max-new-tokens", "8", "--json", "--dtype", "fp8",
+               "--output", str(out)])
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0 and result["failures"] == 0 and result["model"].endswith("(fp8)")
+    assert all(json.loads(line)["summary"] for line in out.read_text().splitlines())
+
+
+@pytest.mark.slow
 def test_whole_real_log_goes_hierarchical_facts_name_the_host_and_the_check_tells_the_prose():
     """A multi-thousand-line real-shaped log as one record, on the real SmolLM2 with a context too
     small for it: summarised in pieces, then merged. The facts name the host; whether the merged

@@ -37,11 +37,11 @@ def _line(i: int) -> str:
                        "body": f"<11>1 2026-11-29T10:00:0{i % 10}Z cell{i} ran - - - S1 link down {i}"})
 
 
-def _run(tmp_path: Path, lines: list[str]) -> tuple[int, list[dict], list[dict]]:
+def _run(tmp_path: Path, lines: list[str], *extra: str) -> tuple[int, list[dict], list[dict]]:
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     src.write_text("\n".join(lines) + "\n")
     rc = main(["summarize", str(src), "-o", str(out), "--max-new-tokens", "4", "--token-budget", "1024",
-               "--device", "cpu", "--no-progress"])
+               "--device", "cpu", "--no-progress", *extra])
     read = lambda p: [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []  # noqa: E731
     return rc, read(out), read(tmp_path / "out.jsonl.rejects.jsonl")
 
@@ -54,6 +54,27 @@ def test_summarize_cli_writes_one_line_per_record_in_input_order(tmp_path, tiny_
         assert o["model"] == "tiny-random" and o["prompt_tokens"] > 0 and 1 <= o["output_tokens"] <= 4
         assert isinstance(o["summary"], str) and set(o["timings"]) >= {"queued_s", "prefill_s", "decode_s"}
     assert len(tiny_loaded) == 1 and str(tiny_loaded[0]).endswith(".gguf")  # the embedded default
+
+
+def test_summarize_cli_with_fp8_weights_quantises_the_projections_and_summarises(tmp_path, tiny_loaded, caplog):
+    caplog.set_level("INFO")
+    rc, out, rejects = _run(tmp_path, [_line(i) for i in range(4)], "--dtype", "fp8")
+    assert rc == 0 and rejects == [] and [o["id"] for o in out] == [f"rec-{i}" for i in range(4)]
+    assert all(1 <= o["output_tokens"] <= 4 for o in out)
+    assert "FP8 weights: 8 projections quantised" in caplog.text  # 2 layers x (qkv, o, gate_up, down)
+    assert "(fp8), attention" in caplog.text  # the banner names what runs
+
+
+def test_summarize_cli_fp8_on_a_gpu_without_fp8_exits_2_naming_the_setting(tmp_path, tiny_loaded, caplog,
+                                                                             monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100-SXM4-80GB")
+    src = tmp_path / "in.jsonl"
+    src.write_text(_line(0) + "\n")
+    rc = main(["summarize", str(src), "-o", str(tmp_path / "out.jsonl"), "--dtype", "fp8", "--device", "cuda",
+               "--no-progress"])
+    assert rc == 2 and "engine.dtype (--dtype, TELESUM_DTYPE) 'fp8'" in caplog.text and "A100" in caplog.text
+    assert tiny_loaded == []  # refused before the weights were read
 
 
 def test_summarize_cli_resume_skips_done_ids(tmp_path, tiny_loaded):

@@ -212,11 +212,12 @@ class _Loaded:
     config: ModelConfig
     name: str = "tiny-test"
     dtype: torch.dtype = torch.bfloat16
+    precision: str = "bfloat16"  # LoadedModel.precision: "fp8" with FP8 projections
 
 
-def _probe(tmp_path, dev, **kw):
-    return probe_budgets(_Loaded(ModelConfig.tiny()), "cpu", max_new_tokens=kw.pop("max_new_tokens", 128),
-                         cache_dir=tmp_path, measurer=dev, **kw)
+def _probe(tmp_path, dev, precision="bfloat16", **kw):
+    return probe_budgets(_Loaded(ModelConfig.tiny(), precision=precision), "cpu",
+                         max_new_tokens=kw.pop("max_new_tokens", 128), cache_dir=tmp_path, measurer=dev, **kw)
 
 
 def _num_trials(dev) -> int:
@@ -251,6 +252,15 @@ def test_probe_budgets_other_inputs_miss_the_cache(tmp_path, change):
     dev = FakeDevice()
     _probe(tmp_path, dev)
     assert _probe(tmp_path, dev, **change).source == "probe"
+
+
+def test_probe_budgets_fp8_weights_are_probed_apart_from_bf16(tmp_path):
+    dev = FakeDevice()
+    bf16 = _probe(tmp_path, dev)
+    fp8 = _probe(tmp_path, dev, precision="fp8")  # smaller weights, other memory: its own entry
+    assert fp8.source == "probe" and fp8.cache_path != bf16.cache_path
+    assert json.loads(Path(fp8.cache_path).read_text())["key"]["dtype"] == "fp8"
+    assert _probe(tmp_path, dev, precision="fp8").source == "cache"
 
 
 def test_probe_budgets_other_gpu_misses_the_cache(tmp_path):

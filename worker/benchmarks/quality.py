@@ -232,16 +232,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=80)
     parser.add_argument("--model", default=None, help="HF folder or .gguf (default: embedded SmolLM2-135M)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", choices=("auto", "fp8"), default="auto",
+                        help="'fp8': the decoder's projections in FP8, as engine.dtype (compare with 'auto')")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="per-record JSON Lines")
     parser.add_argument("--chart", type=Path, default=None, help="write a PNG bar chart here")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
 
-def summarise(records: list[TelemetryRecord], model: str | None, device: str, max_new_tokens: int):
+def summarise(records: list[TelemetryRecord], model: str | None, device: str, max_new_tokens: int,
+              dtype: str = "auto"):
     """(record, Summary or exception) in order, through the real Summarizer."""
     import torch
 
-    from worker.model import embedded_model_path, load_model
+    from worker.model import embedded_model_path, load_model, use_fp8_weights
     from worker.settings.budgets import Budgets, device_defaults
     from worker.settings.sections import EngineSettings
     from worker.summarizer.summarizer import Summarizer
@@ -249,11 +252,13 @@ def summarise(records: list[TelemetryRecord], model: str | None, device: str, ma
     dev = torch.device(device)
     defaults = device_defaults(dev.type)  # what both commands use on this device
     loaded = load_model(model or embedded_model_path(), device=dev)
+    if dtype == "fp8":
+        use_fp8_weights(loaded)
     summarizer = Summarizer(loaded, EngineSettings(max_new_tokens=max_new_tokens, max_record_tokens=0),
                             Budgets(defaults["token_budget"], defaults["max_seqs_per_bin"], None, {}))
     summarizer.start()
     try:
-        return loaded.name, list(summarizer.results_in_order(records))
+        return loaded.name + (" (fp8)" if loaded.fp8 else ""), list(summarizer.results_in_order(records))
     finally:
         summarizer.close(drain=False)
 
@@ -287,7 +292,8 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "opening_only", False):
         model_name, results = openings([r for r, _, _ in items])
     else:
-        model_name, results = summarise([r for r, _, _ in items], args.model, args.device, args.max_new_tokens)
+        model_name, results = summarise([r for r, _, _ in items], args.model, args.device, args.max_new_tokens,
+                                        getattr(args, "dtype", "auto"))
     elapsed = time.perf_counter() - started
     rows, failures = [], 0
     for (record, truth, length), (_, result) in zip(items, results):

@@ -16,6 +16,7 @@ from worker.commands.exit_codes import EXIT_FAILED, EXIT_OK
 from worker.commands.startup import StartupError, exit_code_of, read_settings
 from worker.probe.search import TYPICAL_PROMPT_TOKENS
 from worker.settings.budgets import GPU_TOKEN_BUDGET
+from worker.settings.fields import SettingsError
 from worker.settings.load import add_arguments as add_setting_arguments
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,8 @@ def _probe(args: argparse.Namespace) -> int:
         raise StartupError("telesum probe needs a CUDA GPU; torch sees none")
     try:
         loaded = load_model(engine)
+    except SettingsError as exc:  # a setting the device cannot honour (engine.dtype)
+        raise StartupError(str(exc)) from None
     except (FileNotFoundError, ValueError) as exc:
         raise StartupError(f"engine.model (--model, TELESUM_MODEL) {engine.model!r}: {exc}") from None
     device = next(loaded.model.parameters()).device
@@ -66,10 +69,10 @@ def _probe(args: argparse.Namespace) -> int:
         log.error("%s", exc)
         return EXIT_FAILED
     if args.json:
-        print(json.dumps({"model": loaded.name, "dtype": str(loaded.dtype).removeprefix("torch."), **b.to_dict()},
+        print(json.dumps({"model": loaded.name, "dtype": loaded.precision, **b.to_dict()},
                          indent=2))
     else:
-        print(format_table(b, loaded.name, str(loaded.dtype).removeprefix("torch."), engine.max_new_tokens))
+        print(format_table(b, loaded.name, loaded.precision, engine.max_new_tokens))
     return EXIT_OK
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from worker.ops.logs import startup_phase as _startup_phase
 from worker.settings.budgets import GPU_TOKEN_BUDGET, Budgets, Probed, resolve_budgets
+from worker.settings.fields import SettingsError
 from worker.settings.load import LoadedSettings
 from worker.settings.sections import EngineSettings
 
@@ -100,6 +101,18 @@ def load_model(engine: EngineSettings, tokenizer=None):
 
 
 def _load_model(engine: EngineSettings, tok=None):
+    if engine.dtype != "fp8":
+        return _load_weights(engine, tok)
+    from worker.model.fp8 import fp8_unsupported
+    from worker.model.loader import use_fp8_weights
+
+    reason = fp8_unsupported(resolve_device(engine.device))  # before minutes of loading, not after
+    if reason is not None:
+        raise SettingsError(f"engine.dtype (--dtype, TELESUM_DTYPE) 'fp8': {reason}")
+    return use_fp8_weights(_load_weights(engine, tok))
+
+
+def _load_weights(engine: EngineSettings, tok=None):
     import worker.model
     from worker.model.config import ModelConfig
     from worker.model.loader import embedded_model_path, random_model
@@ -164,7 +177,7 @@ def banner(command: str, loaded, budgets: Budgets, summarizer, **extra: Any) -> 
     """One INFO line at start-up: model, device, dtype, attention backend and the budgets in force
     with where each came from (a defaulted arena: the rows the Summarizer sized)."""
     backend = loaded.model.backend.name
-    dtype = str(loaded.dtype).removeprefix("torch.")
+    dtype = loaded.precision
     arena = summarizer.arena.capacity_rows
     kv = budgets.describe()
     if budgets.kv_rows is None:

@@ -73,6 +73,8 @@ def start_summarizer(loaded_settings: LoadedSettings, command: str, **banner_fie
     try:
         try:
             model = load_model(engine, tokenizer)
+        except SettingsError as exc:  # a setting the device cannot honour (engine.dtype)
+            raise StartupError(str(exc)) from None
         except (FileNotFoundError, ValueError) as exc:
             raise StartupError(f"engine.model (--model, TELESUM_MODEL) {engine.model!r}: {exc}") from None
         budgets = budgets_for(loaded_settings, model)

@@ -32,7 +32,14 @@ class LoadedModel:
     tokenizer: object | None  # transformers tokenizer with a chat template; None when loaded without one
     name: str
     device: torch.device
-    dtype: torch.dtype
+    dtype: torch.dtype  # activations, KV and the weights left unquantised
+    fp8: bool = False  # the decoder's projections hold FP8 weights (worker.model.fp8)
+
+    @property
+    def precision(self) -> str:
+        """'bfloat16', 'float32', or 'fp8' (FP8 projections beside the rest in `dtype`): the banner's and
+        the probe cache's name for it."""
+        return "fp8" if self.fp8 else str(self.dtype).removeprefix("torch.")
 
 
 def embedded_model_path() -> Path:
@@ -76,6 +83,24 @@ def load_model(source: str | Path, *, device, dtype=None, backend: str | None = 
     log.info("loaded %s (%s, %d layers, hidden %d) on %s in %s in %.1f s", name, cfg.arch, cfg.num_layers,
              cfg.hidden_size, device, dtype, time.perf_counter() - started)
     return LoadedModel(model=model.eval(), config=cfg, tokenizer=tok, name=name, device=device, dtype=dtype)
+
+
+def use_fp8_weights(loaded: LoadedModel) -> LoadedModel:
+    """Quantise the decoder's projections to FP8 in place (`engine.dtype: fp8`); ValueError naming why
+    the device cannot run them."""
+    from worker.model.fp8 import fp8_unsupported, quantize_model
+
+    reason = fp8_unsupported(loaded.device)
+    if reason is not None:
+        raise ValueError(f"engine.dtype fp8: {reason}")
+    started = time.perf_counter()
+    replaced = quantize_model(loaded.model)
+    if loaded.device.type == "cuda":
+        torch.cuda.empty_cache()  # hand the freed bf16 weights back
+    loaded.fp8 = True
+    log.info("FP8 weights: %d projections quantised (per-row weight scales, per-token activation scales) in %.1f s",
+             replaced, time.perf_counter() - started)
+    return loaded
 
 
 def random_model(cfg: ModelConfig, *, device, dtype=None, backend: str | None = None, seed: int = 0,

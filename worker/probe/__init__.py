@@ -72,7 +72,7 @@ def probe_budgets(loaded, device, *, max_new_tokens: int, typical_prompt_tokens:
 
         measurer = TorchMeasurer(loaded, device)
     key = cache_key(gpu_name=measurer.device_name, total_bytes=measurer.total_bytes, model=loaded.name,
-                    model_shape=model_fingerprint(loaded.config), dtype=str(loaded.dtype).removeprefix("torch."),
+                    model_shape=model_fingerprint(loaded.config), dtype=loaded.precision,
                     torch_version=torch.__version__, max_new_tokens=max_new_tokens,
                     typical_prompt_tokens=typical_prompt_tokens, bin_tokens=bin_tokens)
     path = cache_path(Path(cache_dir) if cache_dir is not None else default_cache_dir(), key)

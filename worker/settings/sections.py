@@ -32,6 +32,9 @@ class EngineSettings(MaskedRepr, msgspec.Struct, **_Struct):
                                pattern=r"^(auto|cpu|cuda(:\d+)?)$")] = "auto"
     backend: Annotated[Literal["flash_attn", "torch_fa2", "sdpa"] | None,
                        opt("TELESUM_BACKEND", "attention backend (default: the fastest available)")] = None
+    dtype: Annotated[Literal["auto", "fp8"], opt(
+        "TELESUM_DTYPE", "'auto' (bf16 on a GPU, fp32 on CPU) or 'fp8': the decoder's projections in FP8 "
+                         "(per-row weight and per-token activation scales; Ada/Hopper GPUs)")] = "auto"
     token_budget: Annotated[PositiveInt | None, opt("TELESUM_TOKEN_BUDGET",
                                                     "tokens per packed prefill bin (auto: probe, else "
                                                     f"{GPU_TOKEN_BUDGET} on a GPU, {CPU_TOKEN_BUDGET} on CPU)")] = None

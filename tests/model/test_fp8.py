@@ -1,0 +1,98 @@
+"""FP8 weights (`engine.dtype: fp8`): the quantisation's error bounds, Fp8Linear's matmul, a whole model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from tests.model.helpers import run_packed
+from worker.model import ModelConfig, random_model, use_fp8_weights
+from worker.model import fp8, fused
+
+E4M3_REL_STEP = 2.0 ** -3  # 3 mantissa bits: neighbouring normal values differ by at most 1/8 of the smaller
+
+
+def _randn(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def test_quantize_rows_scales_each_row_by_its_own_largest_value():
+    w = _randn(32, 64)
+    w[3] *= 1000.0  # an outlier row must not cost the other rows their precision
+    w8, scale = fp8.quantize_rows(w)
+    assert w8.dtype == torch.float8_e4m3fn and scale.shape == (32,)
+    torch.testing.assert_close(scale, w.abs().amax(-1) / fused.FP8_MAX)
+    back = w8.float() * scale[:, None]
+    # round to nearest: within half a step of the value, outside e4m3's subnormal range
+    normal = w.abs() >= scale[:, None] * 2.0 ** -6
+    rel = ((back - w).abs() / w.abs())[normal]
+    assert rel.max() <= E4M3_REL_STEP / 2 + 1e-6
+    assert (back.abs().amax(-1) - w.abs().amax(-1)).abs().max() <= 1e-3 * w.abs().amax()  # the max survives
+
+
+def test_quantize_fp8_per_token_scale_and_an_all_zero_token():
+    x = _randn(5, 48)
+    x[2] = 0.0
+    x8, scale = fused.quantize_fp8(x)
+    assert x8.dtype == torch.float8_e4m3fn and scale.shape == (5, 1)
+    assert torch.isfinite(scale).all() and scale[2].item() > 0
+    assert torch.equal(x8[2].float(), torch.zeros(48))
+    back = x8.float() * scale
+    torch.testing.assert_close(back, x, rtol=E4M3_REL_STEP / 2, atol=scale.max().item() * 2.0 ** -6)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_fp8_linear_is_the_matmul_of_its_quantised_operands(bias):
+    linear = nn.Linear(64, 48, bias=bias)
+    with torch.no_grad():
+        linear.weight.copy_(_randn(48, 64, seed=1))
+        if bias:
+            linear.bias.copy_(_randn(48, seed=2))
+    layer = fp8.Fp8Linear(linear)
+    assert layer.weight.dtype == torch.float8_e4m3fn and layer.weight.element_size() == 1
+    x = _randn(7, 64, seed=3)
+    x8, x_scale = fused.quantize_fp8(x)
+    want = (x8.float() * x_scale) @ layer.dequantized().t() + (linear.bias if bias else 0)
+    got = layer(x)
+    torch.testing.assert_close(got, want.to(got.dtype), rtol=1e-4, atol=1e-4)
+    exact = linear(x).detach()
+    assert ((got - exact).norm() / exact.norm()).item() < 0.05  # two e4m3 roundings, fp32 accumulation
+
+
+def test_quantize_model_replaces_every_projection_and_keeps_the_logits_close():
+    cfg = ModelConfig.tiny(arch="qwen2", num_layers=3)  # qkv bias too
+    reference = random_model(cfg, device="cpu", seed=5)
+    quantized = random_model(cfg, device="cpu", seed=5)
+    use_fp8_weights(quantized)
+    assert quantized.fp8 and quantized.precision == "fp8" and reference.precision == "float32"
+    layers = quantized.model.layers
+    kinds = [type(getattr(getattr(layer, owner), attr)) for layer in layers
+             for owner, attr in (p.split(".") for p in fp8.PROJECTIONS)]
+    assert kinds == [fp8.Fp8Linear] * (4 * cfg.num_layers)
+    assert type(quantized.model.lm_head) is nn.Linear  # the logits' own matmul stays in the model dtype
+
+    gen = torch.Generator().manual_seed(0)
+    seqs = [torch.randint(3, cfg.vocab_size, (n,), generator=gen) for n in (9, 17, 4)]
+    want, got = (torch.cat(run_packed(loaded.model, seqs)[0]) for loaded in (reference, quantized))
+    assert ((got - want).norm() / want.norm()).item() < 0.1
+    assert not torch.equal(got, want)  # the weights did change
+
+
+def test_a_projection_that_fp8_matmuls_cannot_take_stays_in_the_model_dtype(caplog):
+    cfg = ModelConfig.tiny(intermediate_size=120)  # 2 * 120 = 240 rows fit, 120 inputs of down_proj do not
+    loaded = random_model(cfg, device="cpu")
+    replaced = fp8.quantize_model(loaded.model)
+    assert replaced == 3 * cfg.num_layers
+    assert all(type(layer.mlp.down_proj) is nn.Linear for layer in loaded.model.layers)
+    assert "mlp.down_proj (120 -> 64) stays in" in caplog.text
+
+
+def test_fp8_is_refused_on_a_gpu_without_fp8_tensor_cores(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100-SXM4-80GB")
+    reason = fp8.fp8_unsupported(torch.device("cuda", 0))
+    assert reason is not None and "8.9" in reason and "A100" in reason and "8.0" in reason
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert fp8.fp8_unsupported(torch.device("cuda", 0)) is None
+    assert fp8.fp8_unsupported(torch.device("cpu")) is None
