@@ -5,8 +5,10 @@
 
 Records from `telesum produce`'s generators (`short` and `mixed` profiles). Speed models: SmolLM2-135M's
 and Qwen2.5-7B's architectures with random bf16 weights (speed does not depend on weight values) and
-the real SmolLM2 tokenizer; 64 new tokens, EOS off. Per shape and profile: the Summarizer as
-`telesum summarize` and `telesum worker` build it on a GPU, greedy and with the production sampling
+the real SmolLM2 tokenizer; 64 new tokens, EOS off; `--dtypes bfloat16,fp8` runs each shape with each
+(`engine.dtype: fp8`'s quantisation). `--real-model GGUF`: the workload users run, on the real SmolLM2
+weights as `telesum worker` runs them (EOS, stop string, the grounded opening, 128 tokens at most).
+Per shape and profile: the Summarizer as `telesum summarize` and `telesum worker` build it on a GPU, greedy and with the production sampling
 (stop string + repetition penalty); as `telesum worker` builds it with 2 new tokens (the workload users
 run today: the model stops after the grounded opening); the engine alone on the same pre-tokenised prompts; Hugging Face
 `generate` on padded batches (best of 16/32/64) of the same prompts; a decode-step microbenchmark
@@ -36,7 +38,7 @@ import torch
 
 from worker.benchmarks.corpora import QWEN25_7B, SMOLLM2_135M
 from worker.benchmarks.gpu_util import GpuBusySampler, sync_time
-from worker.model import ModelConfig, random_model
+from worker.model import ModelConfig, load_model, random_model, use_fp8_weights
 from worker.model import attention as attention_mod
 from worker.model.tokenizer import load_tokenizer
 
@@ -50,12 +52,13 @@ HF_PROMPTS = {"smollm2": 96, "qwen7b": 64}
 HF_BATCHES = (32, 64)  # 16 measured slower than 32 for both shapes (issue 9's baseline run)
 
 
-def build_loaded(shape: str, tokenizer):
+def build_loaded(shape: str, tokenizer, dtype: str = "bfloat16"):
+    """Random weights of `shape`; dtype 'fp8': its projections quantised as `engine.dtype: fp8` does."""
     cfg = ModelConfig.from_hf_config(SHAPES[shape][1])
     cfg = dataclasses.replace(cfg, eos_token_ids=())  # EOS off: every summary runs to its limit or a stop
     loaded = random_model(cfg, device="cuda", dtype=torch.bfloat16, name=shape)
     loaded.tokenizer = tokenizer
-    return loaded
+    return use_fp8_weights(loaded) if dtype == "fp8" else loaded
 
 
 def records_for(profile: str, n: int, seed: int = 11):
@@ -407,6 +410,10 @@ def main() -> None:
                     help="shapes that also run with telesum worker's configuration (its probe included)")
     ap.add_argument("--shape-profiles", default="", help="e.g. qwen7b:short to limit one shape's profiles")
     ap.add_argument("--profile-host", action="store_true", help="cProfile the consumer thread of one run")
+    ap.add_argument("--dtypes", default="bfloat16", help="bfloat16,fp8: each shape's runs with each (fp8 runs' "
+                                                         "keys start <shape>_fp8_)")
+    ap.add_argument("--real-model", type=Path, help="the real SmolLM2-135M-Instruct (.gguf): adds "
+                                                    "smollm2_real_users_worker, the workload users run")
     ap.add_argument("--only", default="", help="comma-separated run keys to run (e.g. "
                                                 "smollm2_short_production_prefix_on); default: all")
     args = ap.parse_args()
@@ -430,63 +437,90 @@ def main() -> None:
         (args.out / "gpu_job.json").write_text(json.dumps(res, indent=2))
         print(json.dumps({k: v for k, v in res.items() if not isinstance(v, dict)}), flush=True)
 
-    for shape in args.shapes.split(","):
-        loaded = build_loaded(shape, tokenizer)
-        if not args.no_decode_micro:
-            res[f"{shape}_decode_ms"] = decode_micro(loaded)
-            print(shape, "decode", json.dumps(res[f"{shape}_decode_ms"]), flush=True)
-            save()
-        limits = dict(x.split(":") for x in args.shape_profiles.split(",") if x)
-        for profile in (limits[shape].split("+") if shape in limits else args.profiles.split(",")):
-            n = args.records or COUNTS[(shape, profile)] // (5 if args.quick else 1)
-            records = records_for(profile, n)
-            # On `short`, production sampling runs with prefix reuse on and off, side by side.
-            runs = [("greedy", True, ""), ("production", True, "_prefix_on" if profile == "short" else "")]
-            runs += [("production", False, "_prefix_off")] if profile == "short" else []
-            for sampling, reuse, suffix in runs:
-                key = f"{shape}_{profile}_{sampling}{suffix}"
-                if not wanted(key):
-                    continue
-                prof = args.out / f"{key}.prof.txt" if args.profile_host and profile == "short" and reuse else None
-                res[key] = summarizer_run(loaded, records, sampling=sampling, worker_config=False, profile_out=prof,
-                                          prefix_cache=reuse)
-                print(key, json.dumps(res[key]), flush=True)
-                save()
-            if profile == "short" and shape in args.worker_shapes.split(",") and wanted(
-                    f"{shape}_short_production_worker"):
-                try:
-                    res[f"{shape}_short_production_worker"] = summarizer_run(
-                        loaded, records, sampling="production", worker_config=True)
-                except Exception as exc:  # report, do not hide
-                    res[f"{shape}_short_production_worker"] = {"error": repr(exc)[:300]}
-                print(f"{shape}_short_production_worker", json.dumps(res[f"{shape}_short_production_worker"]), flush=True)
-            if profile == "short" and wanted(f"{shape}_short_opening_worker"):
-                # The workload users run today: the embedded model stops after the grounded opening,
-                # a couple of tokens (random weights never stop by themselves, so 2 new tokens).
-                res[f"{shape}_short_opening_worker"] = summarizer_run(
-                    loaded, records, sampling="production", worker_config=True, new_tokens=OPENING_TOKENS)
-                print(f"{shape}_short_opening_worker", json.dumps(res[f"{shape}_short_opening_worker"]), flush=True)
-                save()
-            if profile == "short" and wanted(f"{shape}_short_engine_only_greedy"):
-                prompts = prompts_for(loaded, records)
-                res[f"{shape}_prefix_logits_check"] = prefix_logits_check(loaded, prompts[:64])
-                print(f"{shape}_prefix_logits_check", json.dumps(res[f"{shape}_prefix_logits_check"]), flush=True)
-                res[f"{shape}_short_engine_only_greedy"] = engine_only(loaded, prompts, production=False)
-                print(f"{shape}_short_engine_only_greedy", json.dumps(res[f"{shape}_short_engine_only_greedy"]), flush=True)
-                save()
-                if not (args.quick or args.no_hf):
-                    hf_prompts = prompts[:HF_PROMPTS[shape]]
-                    del loaded
-                    gc.collect()
-                    torch.cuda.empty_cache()
-                    res[f"{shape}_short_hf_generate"] = hf_best(shape, hf_prompts)
-                    print(f"{shape}_short_hf_generate", json.dumps(res[f"{shape}_short_hf_generate"]), flush=True)
-                    save()
-                    loaded = build_loaded(shape, tokenizer)
+    if args.real_model is not None and wanted("smollm2_real_users_worker"):
+        res["smollm2_real_users_worker"] = real_users_run(args.real_model, tokenizer, args.records or 6000)
+        print("smollm2_real_users_worker", json.dumps(res["smollm2_real_users_worker"]), flush=True)
+        save()
+    for shape, dtype in [(s, d) for s in args.shapes.split(",") if s for d in args.dtypes.split(",")]:
+        run_shape(args, res, shape, dtype, tokenizer, wanted, save)
+    save()
+
+
+def real_users_run(model: Path, tokenizer, n: int) -> dict:
+    """The workload users run: the real SmolLM2 weights, `telesum worker`'s defaults (128 new tokens at
+    most, EOS and the stop string on, the prompt ending in the grounded opening), `short` records."""
+    from worker.settings.sections import EngineSettings
+
+    loaded = load_model(model, device="cuda", tokenizer=False)
+    loaded.tokenizer = tokenizer
+    try:
+        return summarizer_run(loaded, records_for("short", n), sampling="production", worker_config=True,
+                              new_tokens=EngineSettings().max_new_tokens)
+    finally:
         del loaded
         gc.collect()
         torch.cuda.empty_cache()
-    save()
+
+
+def run_shape(args, res: dict, shape: str, dtype: str, tokenizer, wanted, save) -> None:
+    """Every run of one shape in one dtype (keys `<shape>[_fp8]_<profile>_<sampling>`)."""
+    label = shape if dtype == "bfloat16" else f"{shape}_{dtype}"
+    loaded = build_loaded(shape, tokenizer, dtype)
+    if not args.no_decode_micro:
+        res[f"{label}_decode_ms"] = decode_micro(loaded)
+        print(label, "decode", json.dumps(res[f"{label}_decode_ms"]), flush=True)
+        save()
+    limits = dict(x.split(":") for x in args.shape_profiles.split(",") if x)
+    for profile in (limits[shape].split("+") if shape in limits else args.profiles.split(",")):
+        n = args.records or COUNTS[(shape, profile)] // (5 if args.quick else 1)
+        records = records_for(profile, n)
+        # On `short`, production sampling runs with prefix reuse on and off, side by side.
+        runs = [("greedy", True, ""), ("production", True, "_prefix_on" if profile == "short" else "")]
+        runs += [("production", False, "_prefix_off")] if profile == "short" else []
+        for sampling, reuse, suffix in runs:
+            key = f"{label}_{profile}_{sampling}{suffix}"
+            if not wanted(key):
+                continue
+            prof = args.out / f"{key}.prof.txt" if args.profile_host and profile == "short" and reuse else None
+            res[key] = summarizer_run(loaded, records, sampling=sampling, worker_config=False, profile_out=prof,
+                                      prefix_cache=reuse)
+            print(key, json.dumps(res[key]), flush=True)
+            save()
+        if profile == "short" and shape in args.worker_shapes.split(",") and wanted(
+                f"{label}_short_production_worker"):
+            try:
+                res[f"{label}_short_production_worker"] = summarizer_run(
+                    loaded, records, sampling="production", worker_config=True)
+            except Exception as exc:  # report, do not hide
+                res[f"{label}_short_production_worker"] = {"error": repr(exc)[:300]}
+            print(f"{label}_short_production_worker", json.dumps(res[f"{label}_short_production_worker"]), flush=True)
+            save()
+        if profile == "short" and wanted(f"{label}_short_opening_worker"):
+            # The workload users run today: the embedded model stops after the grounded opening,
+            # a couple of tokens (random weights never stop by themselves, so 2 new tokens).
+            res[f"{label}_short_opening_worker"] = summarizer_run(
+                loaded, records, sampling="production", worker_config=True, new_tokens=OPENING_TOKENS)
+            print(f"{label}_short_opening_worker", json.dumps(res[f"{label}_short_opening_worker"]), flush=True)
+            save()
+        if profile == "short" and wanted(f"{label}_short_engine_only_greedy"):
+            prompts = prompts_for(loaded, records)
+            res[f"{label}_prefix_logits_check"] = prefix_logits_check(loaded, prompts[:64])
+            print(f"{label}_prefix_logits_check", json.dumps(res[f"{label}_prefix_logits_check"]), flush=True)
+            res[f"{label}_short_engine_only_greedy"] = engine_only(loaded, prompts, production=False)
+            print(f"{label}_short_engine_only_greedy", json.dumps(res[f"{label}_short_engine_only_greedy"]), flush=True)
+            save()
+            if not (args.quick or args.no_hf or dtype != "bfloat16"):  # HF runs bf16 only
+                hf_prompts = prompts[:HF_PROMPTS[shape]]
+                del loaded
+                gc.collect()
+                torch.cuda.empty_cache()
+                res[f"{label}_short_hf_generate"] = hf_best(shape, hf_prompts)
+                print(f"{label}_short_hf_generate", json.dumps(res[f"{label}_short_hf_generate"]), flush=True)
+                save()
+                loaded = build_loaded(shape, tokenizer, dtype)
+    del loaded
+    gc.collect()
+    torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,127 @@
+"""FP8 weights against the model dtype on real weights: logits, then the summaries users read.
+
+    python bench/fp8_check.py --out DIR [--model GGUF_OR_FOLDER] [--device cuda] [--prompts 48] [--n 120]
+
+1. Logits: the quality corpus's prompts (as the Summarizer renders them) through fp32, bf16 and fp8
+   models, teacher-forced; at every prompt position: the relative error of the logits (Frobenius
+   norm over a prompt), whether the top token agrees, the KL divergence of the next-token
+   distributions; fp8 against bf16, and each against fp32 (bf16's own distance, for scale).
+2. Summaries: `telesum bench quality` (the same corpus: generated, real-shaped, formats, network)
+   through the real Summarizer with each dtype; how many summaries are identical, and every score.
+
+Writes DIR/fp8_check.json and DIR/quality_{auto,fp8}.jsonl. Default model: the embedded SmolLM2-135M.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from worker.benchmarks import quality
+from worker.model import KVCache, build_pass, embedded_model_path, load_model, use_fp8_weights
+from worker.model.tokenizer import load_tokenizer
+from worker.summarizer.preprocess import prepare
+
+
+@torch.inference_mode()
+def prompt_logits(loaded, ids: list[int]) -> torch.Tensor:
+    """Logits [T, vocab] fp32 at every position of one prompt, from a fresh KV tape."""
+    device = loaded.device
+    kv = KVCache.allocate(loaded.config, len(ids), loaded.dtype, device)
+    meta, pos = build_pass([len(ids)], [0], [0], device=device)
+    return loaded.model(torch.tensor(ids, device=device), pos, meta, kv,
+                        torch.arange(len(ids), device=device)).float()
+
+
+def compare(want: torch.Tensor, got: torch.Tensor) -> dict:
+    """How close `got` [T, vocab] is to `want` at every position."""
+    best = want.argmax(-1)
+    return {"rel_err": float((got - want).norm() / want.norm()),
+            "kl": float(torch.nn.functional.kl_div(got.log_softmax(-1), want.log_softmax(-1), log_target=True,
+                                                   reduction="batchmean")),
+            "top1_agree": int((got.argmax(-1) == best).sum()),
+            "top1_in_top5": int((got.topk(5, dim=-1).indices == best[:, None]).any(-1).sum())}
+
+
+def logits_check(model: str, device: str, prompts: list[list[int]]) -> dict:
+    """fp8 against bf16 (the question), each against fp32 (how far bf16 itself already is)."""
+    models = {"float32": load_model(model, device=device, dtype=torch.float32, backend="sdpa", tokenizer=False),
+              "bfloat16": load_model(model, device=device, dtype=torch.bfloat16, tokenizer=False),
+              "fp8": use_fp8_weights(load_model(model, device=device, dtype=torch.bfloat16, tokenizer=False))}
+    pairs = (("fp8", "bfloat16"), ("bfloat16", "float32"), ("fp8", "float32"))
+    per_pair: dict[str, list[dict]] = {f"{a}_vs_{b}": [] for a, b in pairs}
+    positions = 0
+    for ids in prompts:
+        logits = {name: prompt_logits(loaded, ids) for name, loaded in models.items()}
+        for a, b in pairs:
+            per_pair[f"{a}_vs_{b}"].append(compare(logits[b], logits[a]))
+        positions += len(ids)
+    out = {"prompts": len(prompts), "positions": positions}
+    for name, rows in per_pair.items():
+        out[name] = {"rel_err_mean": statistics.fmean(r["rel_err"] for r in rows),
+                     "rel_err_max": max(r["rel_err"] for r in rows),
+                     "kl_mean": statistics.fmean(r["kl"] for r in rows), "kl_max": max(r["kl"] for r in rows),
+                     "top1_agree": sum(r["top1_agree"] for r in rows) / positions,
+                     "reference_top1_in_top5": sum(r["top1_in_top5"] for r in rows) / positions}
+    return out
+
+
+def quality_run(args, dtype: str) -> tuple[dict, list[dict]]:
+    out = args.out / f"quality_{dtype}.jsonl"
+    ns = argparse.Namespace(n=args.n, mixed=None, real=None, grounding=None, formats=args.formats,
+                            network=args.network, opening_only=False, seed=0, max_new_tokens=args.max_new_tokens,
+                            model=args.model, device=args.device, dtype=dtype, output=out, chart=None, json=True)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        quality.run(ns)
+    return json.loads(printed.getvalue().strip().splitlines()[-1]), [json.loads(x) for x in out.read_text().splitlines()]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--model", default=None, help="a .gguf or HF folder (default: the embedded SmolLM2-135M)")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--prompts", type=int, default=48, help="prompts for the logits check")
+    ap.add_argument("--n", type=int, default=120, help="records for the summaries (telesum bench quality --n)")
+    ap.add_argument("--formats", type=int, default=20)
+    ap.add_argument("--network", type=int, default=24)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    args = ap.parse_args()
+    args.model = args.model or str(embedded_model_path())
+    args.out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
+    res = {"device": device_name, "torch": torch.__version__, "model": Path(args.model).name,
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           "command": "python bench/fp8_check.py " + " ".join(
+               f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "out") + " --out DIR"}
+    tok = load_tokenizer(args.model)
+    items = quality.corpus(args.n, args.n // 10, 0, args.n // 5, args.n // 5, args.formats, args.network)
+    prompts = [prepare(record, tok).prompt.tolist() for record, _, _ in items[:: max(1, len(items) // args.prompts)]]
+    res["logits"] = logits_check(args.model, args.device, prompts[:args.prompts])
+    print("logits", json.dumps(res["logits"]), flush=True)
+    runs = {dtype: quality_run(args, dtype) for dtype in ("auto", "fp8")}
+    (auto, auto_rows), (fp8, fp8_rows) = runs["auto"], runs["fp8"]
+    same = [a["summary"] == b["summary"] for a, b in zip(auto_rows, fp8_rows)]
+    res["summaries"] = {"records": len(same), "identical": sum(same), "identical_share": sum(same) / len(same),
+                        "by_set": {s: {"records": sum(1 for r in auto_rows if r["set"] == s),
+                                       "identical": sum(1 for r, m in zip(auto_rows, same) if r["set"] == s and m)}
+                                   for s in sorted({r["set"] for r in auto_rows})},
+                        "groups": {"auto": auto["groups"], "fp8": fp8["groups"]},
+                        "differing_examples": [{"id": a["id"], "auto": a["summary"], "fp8": b["summary"]}
+                                               for a, b, m in zip(auto_rows, fp8_rows, same) if not m][:8]}
+    res["seconds"] = round(time.perf_counter() - started, 1)
+    print("summaries", json.dumps({k: v for k, v in res["summaries"].items() if k != "differing_examples"}))
+    (args.out / "fp8_check.json").write_text(json.dumps(res, indent=2))
+
+
+if __name__ == "__main__":
+    main()
