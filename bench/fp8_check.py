@@ -1,6 +1,7 @@
 """FP8 weights against the model dtype on real weights: logits, then the summaries users read.
 
     python bench/fp8_check.py --out DIR [--model GGUF_OR_FOLDER] [--device cuda] [--prompts 48] [--n 120]
+    python bench/fp8_check.py --out DIR --chart-from DIR/fp8_check.json   # the chart alone
 
 1. Logits: the quality corpus's prompts (as the Summarizer renders them) through fp32, bf16 and fp8
    models, teacher-forced; at every prompt position: the relative error of the logits (Frobenius
@@ -9,7 +10,7 @@
 2. Summaries: `telesum bench quality` (the same corpus: generated, real-shaped, formats, network)
    through the real Summarizer with each dtype; how many summaries are identical, and every score.
 
-Writes DIR/fp8_check.json and DIR/quality_{auto,fp8}.jsonl. Default model: the embedded SmolLM2-135M.
+Writes DIR/fp8_check.json, DIR/fp8_check.png and DIR/quality_{auto,fp8}.jsonl. Default model: the embedded SmolLM2-135M.
 """
 
 from __future__ import annotations
@@ -84,9 +85,34 @@ def quality_run(args, dtype: str) -> tuple[dict, list[dict]]:
     return json.loads(printed.getvalue().strip().splitlines()[-1]), [json.loads(x) for x in out.read_text().splitlines()]
 
 
+def chart(res: dict, path: Path) -> None:
+    """Per pair of precisions: top-1 agreement, relative error, KL (logits); identical summaries."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pairs = [k for k, v in res["logits"].items() if isinstance(v, dict)]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
+    for ax, (field, label) in zip(axes, (("top1_agree", "top-1 agreement"), ("rel_err_mean", "logits relative error"),
+                                         ("kl_mean", "KL divergence (mean)"))):
+        values = [res["logits"][p][field] for p in pairs]
+        ax.bar(range(len(pairs)), values, color=["tab:red", "tab:blue", "tab:purple"][:len(pairs)])
+        ax.set_xticks(range(len(pairs)), [p.replace("_vs_", " vs\n") for p in pairs], fontsize=8)
+        ax.set_title(label, fontsize=10)
+        for i, v in enumerate(values):
+            ax.text(i, v, f"{v:.4g}", ha="center", va="bottom", fontsize=8)
+    s = res["summaries"]
+    fig.suptitle(f"FP8 weights on {res['model']} ({res['logits']['positions']} positions): {res['device']}, "
+                 f"{res['date']}; summaries identical {s['identical']}/{s['records']}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--chart-from", type=Path, help="only draw DIR/fp8_check.png from this results JSON")
     ap.add_argument("--model", default=None, help="a .gguf or HF folder (default: the embedded SmolLM2-135M)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--prompts", type=int, default=48, help="prompts for the logits check")
@@ -95,14 +121,18 @@ def main() -> None:
     ap.add_argument("--network", type=int, default=24)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     args = ap.parse_args()
-    args.model = args.model or str(embedded_model_path())
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.chart_from:
+        chart(json.loads(args.chart_from.read_text()), args.out / "fp8_check.png")
+        return
+    args.model = args.model or str(embedded_model_path())
     started = time.perf_counter()
     device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
     res = {"device": device_name, "torch": torch.__version__, "model": Path(args.model).name,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "command": "python bench/fp8_check.py " + " ".join(
-               f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "out") + " --out DIR"}
+               f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k not in ("out", "chart_from"))
+           + " --out DIR"}
     tok = load_tokenizer(args.model)
     items = quality.corpus(args.n, args.n // 10, 0, args.n // 5, args.n // 5, args.formats, args.network)
     prompts = [prepare(record, tok).prompt.tolist() for record, _, _ in items[:: max(1, len(items) // args.prompts)]]
@@ -121,6 +151,7 @@ def main() -> None:
     res["seconds"] = round(time.perf_counter() - started, 1)
     print("summaries", json.dumps({k: v for k, v in res["summaries"].items() if k != "differing_examples"}))
     (args.out / "fp8_check.json").write_text(json.dumps(res, indent=2))
+    chart(res, args.out / "fp8_check.png")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from torch import nn
 
 from tests.model.helpers import run_packed
 from worker.model import ModelConfig, random_model, use_fp8_weights
-from worker.model import fp8, fused
+from worker.model import fp8
 
 E4M3_REL_STEP = 2.0 ** -3  # 3 mantissa bits: neighbouring normal values differ by at most 1/8 of the smaller
 
@@ -21,20 +21,31 @@ def test_quantize_rows_scales_each_row_by_its_own_largest_value():
     w = _randn(32, 64)
     w[3] *= 1000.0  # an outlier row must not cost the other rows their precision
     w8, scale = fp8.quantize_rows(w)
-    assert w8.dtype == torch.float8_e4m3fn and scale.shape == (32,)
-    torch.testing.assert_close(scale, w.abs().amax(-1) / fused.FP8_MAX)
-    back = w8.float() * scale[:, None]
+    assert w8.dtype == torch.float8_e4m3fn and scale.shape == (32, 1)
+    torch.testing.assert_close(scale, w.abs().amax(-1, keepdim=True) / fp8.FP8_MAX)
+    back = w8.float() * scale
     # round to nearest: within half a step of the value, outside e4m3's subnormal range
-    normal = w.abs() >= scale[:, None] * 2.0 ** -6
+    normal = w.abs() >= scale * 2.0 ** -6
     rel = ((back - w).abs() / w.abs())[normal]
     assert rel.max() <= E4M3_REL_STEP / 2 + 1e-6
     assert (back.abs().amax(-1) - w.abs().amax(-1)).abs().max() <= 1e-3 * w.abs().amax()  # the max survives
 
 
-def test_quantize_fp8_per_token_scale_and_an_all_zero_token():
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the Triton kernel runs on CUDA")
+@pytest.mark.parametrize("k", [576, 3584, 18944])  # one block, one block, the looped two-pass path
+def test_quantize_tokens_kernel_equals_the_reference_math(k):
+    x = (_randn(37, k, seed=k) * 5).to(torch.bfloat16).cuda()
+    x[3] = 0
+    got8, got_scale = fp8.quantize_tokens(x)
+    want8, want_scale = fp8.quantize_rows(x)
+    torch.testing.assert_close(got_scale, want_scale, rtol=0, atol=0)
+    assert (got8.float() != want8.float()).float().mean().item() < 1e-3  # division rounding at most
+
+
+def test_quantize_tokens_per_token_scale_and_an_all_zero_token():
     x = _randn(5, 48)
     x[2] = 0.0
-    x8, scale = fused.quantize_fp8(x)
+    x8, scale = fp8.quantize_tokens(x)
     assert x8.dtype == torch.float8_e4m3fn and scale.shape == (5, 1)
     assert torch.isfinite(scale).all() and scale[2].item() > 0
     assert torch.equal(x8[2].float(), torch.zeros(48))
@@ -52,7 +63,7 @@ def test_fp8_linear_is_the_matmul_of_its_quantised_operands(bias):
     layer = fp8.Fp8Linear(linear)
     assert layer.weight.dtype == torch.float8_e4m3fn and layer.weight.element_size() == 1
     x = _randn(7, 64, seed=3)
-    x8, x_scale = fused.quantize_fp8(x)
+    x8, x_scale = fp8.quantize_tokens(x)
     want = (x8.float() * x_scale) @ layer.dequantized().t() + (linear.bias if bias else 0)
     got = layer(x)
     torch.testing.assert_close(got, want.to(got.dtype), rtol=1e-4, atol=1e-4)

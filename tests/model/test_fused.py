@@ -99,10 +99,6 @@ def test_compiled_ops_new_token_count_no_recompile():
                 *fused.apply_rope_qk(q, k, cs, cs), fused.silu_mul(gate_up)]
         for g, e in zip(got, want):
             torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
-        (x8, scale), (want8, want_scale) = ops.quantize_fp8(x), fused.quantize_fp8(x)
-        assert x8.dtype == torch.float8_e4m3fn and scale.shape == (t, 1)
-        torch.testing.assert_close(scale, want_scale)
-        assert torch.equal(x8.float(), want8.float())
 
     run(sizes[0])
     with torch._dynamo.config.patch(error_on_recompile=True):

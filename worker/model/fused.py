@@ -54,28 +54,15 @@ def silu_mul_eager(gate_up: Tensor) -> Tensor:
     return F.silu(gate) * up
 
 
-FP8 = torch.float8_e4m3fn
-FP8_MAX = torch.finfo(FP8).max  # 448: e4m3's largest finite value
-FP8_MIN_SCALE = 1e-12  # an all-zero row keeps a finite scale
-
-
-def quantize_fp8_eager(x: Tensor) -> tuple[Tensor, Tensor]:
-    """x [T, K] -> (x8 [T, K] e4m3, scale [T, 1] fp32) with x ~= x8 * scale: one scale per token (row)."""
-    x32 = x.float()
-    scale = (x32.abs().amax(dim=-1, keepdim=True) / FP8_MAX).clamp(min=FP8_MIN_SCALE)
-    return (x32 / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
-
-
 @dataclass(frozen=True)
 class FusedOps:
     rms_norm: Callable[[Tensor, Tensor, float], Tensor]
     add_rms_norm: Callable[[Tensor, Tensor, Tensor, float], tuple[Tensor, Tensor]]
     apply_rope_qk: Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
     silu_mul: Callable[[Tensor], Tensor]
-    quantize_fp8: Callable[[Tensor], tuple[Tensor, Tensor]]
 
 
-EAGER = FusedOps(rms_norm_eager, add_rms_norm_eager, apply_rope_qk_eager, silu_mul_eager, quantize_fp8_eager)
+EAGER = FusedOps(rms_norm_eager, add_rms_norm_eager, apply_rope_qk_eager, silu_mul_eager)
 
 
 def _token_dim_dynamic(*tensors: Tensor) -> None:
@@ -85,12 +72,11 @@ def _token_dim_dynamic(*tensors: Tensor) -> None:
 
 
 def build_compiled(backend: str = "inductor") -> FusedOps:
-    """The ops through torch.compile(fullgraph=True) with a dynamic token dimension (`backend` for tests)."""
+    """The four ops through torch.compile(fullgraph=True) with a dynamic token dimension (`backend` for tests)."""
     rms = torch.compile(rms_norm_eager, fullgraph=True, backend=backend)
     add_rms = torch.compile(add_rms_norm_eager, fullgraph=True, backend=backend)
     rope = torch.compile(apply_rope_qk_eager, fullgraph=True, backend=backend)
     silu = torch.compile(silu_mul_eager, fullgraph=True, backend=backend)
-    quant = torch.compile(quantize_fp8_eager, fullgraph=True, backend=backend)
 
     def rms_norm(x, w, eps):
         _token_dim_dynamic(x)
@@ -108,11 +94,7 @@ def build_compiled(backend: str = "inductor") -> FusedOps:
         _token_dim_dynamic(gate_up)
         return silu(gate_up)
 
-    def quantize_fp8(x):
-        _token_dim_dynamic(x)
-        return quant(x)
-
-    return FusedOps(rms_norm, add_rms_norm, apply_rope_qk, silu_mul, quantize_fp8)
+    return FusedOps(rms_norm, add_rms_norm, apply_rope_qk, silu_mul)
 
 
 class _Switch:
@@ -179,8 +161,3 @@ def apply_rope_qk(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tenso
 def silu_mul(gate_up: Tensor) -> Tensor:
     """silu(gate) * up from gate_up [T, 2I] -> [T, I]."""
     return ops_for(gate_up).silu_mul(gate_up)
-
-
-def quantize_fp8(x: Tensor) -> tuple[Tensor, Tensor]:
-    """Per-token FP8 of x [T, K]: (x8 [T, K] float8_e4m3fn, scale [T, 1] fp32), x ~= x8 * scale."""
-    return ops_for(x).quantize_fp8(x)
