@@ -90,6 +90,11 @@ def test_quantize_model_replaces_every_projection_and_keeps_the_logits_close():
     assert not torch.equal(got, want)  # the weights did change
 
 
+def test_fp8_on_a_small_model_warns_that_it_is_slower(caplog):
+    use_fp8_weights(random_model(ModelConfig.tiny(), device="cpu"))
+    assert "too small to gain" in caplog.text and "--dtype auto is faster here" in caplog.text
+
+
 def test_a_projection_that_fp8_matmuls_cannot_take_stays_in_the_model_dtype(caplog):
     cfg = ModelConfig.tiny(intermediate_size=120)  # 2 * 120 = 240 rows fit, 120 inputs of down_proj do not
     loaded = random_model(cfg, device="cpu")
