@@ -1,13 +1,12 @@
 """FP8 weights for the decoder's linear layers (`engine.dtype: fp8`): quantised once at load.
 
 Each projection of a layer (qkv, o, gate_up, down) keeps its weight as float8_e4m3fn with one fp32
-scale per output row; each call quantises its input with one scale per token (`quantize_tokens`: a
-Triton kernel on CUDA, one pass over the row at the bandwidth bound, where torch.compile's version of
-the same math measured 4-8x slower on the 7B's activations) and multiplies through `torch._scaled_mm`, which runs on the FP8 tensor cores of Ada and Hopper GPUs
-and accumulates in fp32. The embedding, the norms, attention, the KV arena and the LM head stay in the
-model dtype (bf16): the LM head's logits decide every token, and it is one matmul of ~30 per layer stack.
-Row-wise scales keep one outlier row or token from flattening the rest, which a single per-tensor
-scale would.
+scale per output row. Each call quantises its input with one scale per token (`quantize_tokens`, a
+Triton kernel on CUDA at the memory bound; torch.compile's version of the same math measured 4-9x
+slower on the 7B's activations) and multiplies through `torch._scaled_mm`, which runs on the FP8
+tensor cores of Ada and Hopper GPUs. The embedding, the norms, attention, the KV arena and the LM head
+stay in the model dtype (bf16): the LM head's logits pick every token. Row-wise scales keep one
+outlier row or token from flattening the others' precision, which a single per-tensor scale would.
 """
 
 from __future__ import annotations
@@ -107,7 +106,7 @@ class Fp8Linear(nn.Module):
                                 out_dtype=self.out_dtype, use_fast_accum=FAST_ACCUM)
 
     def dequantized(self) -> Tensor:
-        """The weight as the matmul sees it, [N, K] fp32 (for checks)."""
+        """The weight as the matmul sees it, [N, K] fp32 (the CPU path, checks)."""
         return self.weight.float() * self.weight_scale.t()
 
     def extra_repr(self) -> str:
@@ -115,7 +114,7 @@ class Fp8Linear(nn.Module):
 
 
 def fp8_unsupported(device: torch.device) -> str | None:
-    """Why FP8 weights cannot run on `device` (None: they can). CPU runs PyTorch's reference kernel (tests)."""
+    """Why FP8 weights cannot run on `device` (None: they can). CPU computes the same products in fp32 (checks)."""
     if device.type == "cpu":
         return None
     if device.type != "cuda":
