@@ -53,22 +53,38 @@ def test_quantize_tokens_per_token_scale_and_an_all_zero_token():
     torch.testing.assert_close(back, x, rtol=E4M3_REL_STEP / 2, atol=scale.max().item() * 2.0 ** -6)
 
 
-@pytest.mark.parametrize("bias", [False, True])
-def test_fp8_linear_is_the_matmul_of_its_quantised_operands(bias):
+def _linear(bias: bool, device="cpu", dtype=torch.float32) -> nn.Linear:
     linear = nn.Linear(64, 48, bias=bias)
     with torch.no_grad():
         linear.weight.copy_(_randn(48, 64, seed=1))
         if bias:
             linear.bias.copy_(_randn(48, seed=2))
+    return linear.to(device, dtype)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_fp8_linear_stores_one_byte_weights_and_stays_close_to_the_exact_product(bias):
+    linear = _linear(bias)
     layer = fp8.Fp8Linear(linear)
     assert layer.weight.dtype == torch.float8_e4m3fn and layer.weight.element_size() == 1
+    assert layer.weight_scale.shape == (1, 48)
     x = _randn(7, 64, seed=3)
-    x8, x_scale = fp8.quantize_tokens(x)
-    want = (x8.float() * x_scale) @ layer.dequantized().t() + (linear.bias if bias else 0)
-    got = layer(x)
-    torch.testing.assert_close(got, want.to(got.dtype), rtol=1e-4, atol=1e-4)
-    exact = linear(x).detach()
+    got, exact = layer(x), linear(x).detach()
+    assert got.dtype == torch.float32 and got.shape == (7, 48)
     assert ((got - exact).norm() / exact.norm()).item() < 0.05  # two e4m3 roundings, fp32 accumulation
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch._scaled_mm runs on CUDA")
+@pytest.mark.parametrize("bias", [False, True])
+def test_fp8_linear_on_cuda_is_the_product_of_its_quantised_operands(bias):
+    linear = _linear(bias, "cuda", torch.bfloat16)
+    layer = fp8.Fp8Linear(linear)
+    x = _randn(7, 64, seed=3).to("cuda", torch.bfloat16)
+    x8, x_scale = fp8.quantize_tokens(x)
+    want = (x8.float() * x_scale) @ layer.dequantized().t() + (linear.bias.float() if bias else 0)
+    got = layer(x)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2)  # bf16 output
 
 
 def test_quantize_model_replaces_every_projection_and_keeps_the_logits_close():
