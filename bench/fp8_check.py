@@ -74,15 +74,22 @@ def logits_check(model: str, device: str, prompts: list[list[int]]) -> dict:
     return out
 
 
-def quality_run(args, dtype: str) -> tuple[dict, list[dict]]:
-    out = args.out / f"quality_{dtype}.jsonl"
-    ns = argparse.Namespace(n=args.n, mixed=None, real=None, grounding=None, formats=args.formats,
-                            network=args.network, opening_only=False, seed=0, max_new_tokens=args.max_new_tokens,
-                            model=args.model, device=args.device, dtype=dtype, output=out, chart=None, json=True)
+def quality_args(args, dtype: str) -> argparse.Namespace:
+    """`telesum bench quality`'s arguments for one dtype, through its own parser (its defaults)."""
+    parser = argparse.ArgumentParser()
+    quality.add_arguments(parser)
+    return parser.parse_args(["--n", str(args.n), "--formats", str(args.formats), "--network", str(args.network),
+                              "--max-new-tokens", str(args.max_new_tokens), "--model", args.model, "--device",
+                              args.device, "--dtype", dtype, "--output", str(args.out / f"quality_{dtype}.jsonl"),
+                              "--json"])
+
+
+def quality_run(ns: argparse.Namespace) -> tuple[dict, list[dict]]:
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         quality.run(ns)
-    return json.loads(printed.getvalue().strip().splitlines()[-1]), [json.loads(x) for x in out.read_text().splitlines()]
+    return (json.loads(printed.getvalue().strip().splitlines()[-1]),
+            [json.loads(x) for x in ns.output.read_text().splitlines()])
 
 
 def chart(res: dict, path: Path) -> None:
@@ -134,12 +141,12 @@ def main() -> None:
                f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k not in ("out", "chart_from"))
            + " --out DIR"}
     tok = load_tokenizer(args.model)
-    items = quality.corpus(args.n, args.n // 10, 0, args.n // 5, args.n // 5, args.formats, args.network)
+    runs = {dtype: quality_args(args, dtype) for dtype in ("auto", "fp8")}
+    items = quality.corpus(args.n, seed=runs["auto"].seed, **quality.corpus_sizes(runs["auto"]))  # theirs
     prompts = [prepare(record, tok).prompt.tolist() for record, _, _ in items[:: max(1, len(items) // args.prompts)]]
     res["logits"] = logits_check(args.model, args.device, prompts[:args.prompts])
     print("logits", json.dumps(res["logits"]), flush=True)
-    runs = {dtype: quality_run(args, dtype) for dtype in ("auto", "fp8")}
-    (auto, auto_rows), (fp8, fp8_rows) = runs["auto"], runs["fp8"]
+    (auto, auto_rows), (fp8, fp8_rows) = quality_run(runs["auto"]), quality_run(runs["fp8"])
     same = [a["summary"] == b["summary"] for a, b in zip(auto_rows, fp8_rows)]
     res["summaries"] = {"records": len(same), "identical": sum(same), "identical_share": sum(same) / len(same),
                         "by_set": {s: {"records": sum(1 for r in auto_rows if r["set"] == s),

@@ -279,15 +279,19 @@ def openings(records: list[TelemetryRecord]):
     return "opening-only (no model)", out
 
 
-def run(args: argparse.Namespace) -> int:
+def corpus_sizes(args: argparse.Namespace) -> dict[str, int]:
+    """How many records of each set `args` (`telesum bench quality`'s) asks for; those unset follow --n."""
     if args.n < 1:
         raise ValueError(f"--n must be >= 1, got {args.n}")
-    mixed = args.n // 10 if args.mixed is None else args.mixed
-    real = args.n // 5 if args.real is None else args.real
-    grounding = args.n // 5 if args.grounding is None else args.grounding
-    formats = getattr(args, "formats", 0)
-    network = getattr(args, "network", 0)
-    items = corpus(args.n, mixed, args.seed, real, grounding, formats, network)
+    return {"mixed": args.n // 10 if args.mixed is None else args.mixed,
+            "real": args.n // 5 if args.real is None else args.real, "formats": getattr(args, "formats", 0),
+            "grounding": args.n // 5 if args.grounding is None else args.grounding,
+            "network": getattr(args, "network", 0)}
+
+
+def run(args: argparse.Namespace) -> int:
+    sizes = corpus_sizes(args)
+    items = corpus(args.n, seed=args.seed, **sizes)
     started = time.perf_counter()
     if getattr(args, "opening_only", False):
         model_name, results = openings([r for r, _, _ in items])
@@ -313,8 +317,7 @@ def run(args: argparse.Namespace) -> int:
     with args.output.open("w") as fh:
         for row in rows:
             fh.write(json.dumps(row) + "\n")
-    result = {"model": model_name, "n": args.n, "mixed": mixed, "real": real, "formats": formats,
-              "grounding": grounding, "network": network, "seed": args.seed,
+    result = {"model": model_name, "n": args.n, **sizes, "seed": args.seed,
               "max_new_tokens": args.max_new_tokens, "failures": failures, "seconds": round(elapsed, 1),
               "echo_rule": f"substring of body or >= {ECHO_OVERLAP} of tokens from one body line",
               "groups": aggregate(rows)}
