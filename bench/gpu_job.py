@@ -8,8 +8,8 @@ and Qwen2.5-7B's architectures with random bf16 weights (speed does not depend o
 the real SmolLM2 tokenizer; 64 new tokens, EOS off; `--dtypes bfloat16,fp8` runs each shape with each
 (`engine.dtype: fp8`'s quantisation). `--real-model GGUF`: the workload users run, on the real SmolLM2
 weights as `telesum worker` runs them (EOS, stop string, the grounded opening, 128 tokens at most).
-Per shape and profile: the Summarizer as `telesum summarize` and `telesum worker` build it on a GPU, greedy and with the production sampling
-(stop string + repetition penalty); as `telesum worker` builds it with 2 new tokens (the workload users
+Per shape and profile: the Summarizer as `telesum summarize` and `telesum worker` build it on a GPU,
+greedy and with the production sampling (stop string + repetition penalty); as `telesum worker` builds it with 2 new tokens (the workload users
 run today: the model stops after the grounded opening); the engine alone on the same pre-tokenised prompts; Hugging Face
 `generate` on padded batches (best of 16/32/64) of the same prompts; a decode-step microbenchmark
 (FlashAttention-2 or the Triton decode kernel, eager or CUDA graph) with a logits check. Writes DIR/gpu_job.json
