@@ -1,10 +1,10 @@
-"""GPU check of the model's fast path: fused (compiled) elementwise ops vs eager, prefill and decode.
+"""GPU check of the model's fast path: the elementwise ops as Triton kernels vs eager, prefill and decode.
 
     python bench/gpu_check_perf.py --out bench/results/gpu_check_perf.json
     python bench/gpu_check_perf.py --device cpu --small --out /tmp/perf.json   # dry run of the script
 
 Model: Qwen2.5-7B's shape with random bf16 weights. Prefill: one 65,536-token packed bin of corpus A
-(alignment 16), eager vs compiled. Decode: B sequences with 1-2k cached rows each, eager vs compiled,
+(alignment 16), eager vs kernels. Decode: B sequences with 1-2k cached rows each, eager vs kernels,
 one host sync per step (argmax to the host, as the engine does). (CUDA-graph decode was measured
 here on 2026-11-29 and gave no gain once a forward had no host syncs: bench/results/gpu/.) Each fast path's logits
 are compared with eager's; a forward is also run under torch.cuda.set_sync_debug_mode("error").
@@ -109,11 +109,11 @@ def prefill_rows(model, cfg, budget, device, reps, peak) -> dict:
     ids, pos, meta, last, real = packed_bin(cfg, budget, device)
     kv = KVCache.allocate(cfg, budget, next(model.parameters()).dtype, device)
     out, ref = {}, None
-    for mode in ("eager", "compiled"):
-        fused.set_compile_enabled(mode == "compiled")
+    for mode in ("eager", "kernels"):
+        fused.set_compile_enabled(mode == "kernels")
         run = lambda: model(ids, pos, meta, kv, last)  # noqa: E731
         t0 = time.perf_counter()
-        logits = run()  # warm-up; compiles on the first compiled call
+        logits = run()  # warm-up; compiles the kernels on their first call
         warm_s = sync_time(device) - t0
         run()
         t0 = sync_time(device)
@@ -150,7 +150,7 @@ def decode_rows(model, cfg, batches, device, steps, slab) -> dict:
         ids = torch.randint(100, cfg.vocab_size - 100, (b,), generator=rng).tolist()
         starts = [i * slab for i in range(b)]
         modes = {"eager": lambda: runner.decode(ids, ctx, starts),
-                 "compiled": lambda: runner.decode(ids, ctx, starts)}
+                 "kernels": lambda: runner.decode(ids, ctx, starts)}
         ref = None
         for mode, step in modes.items():
             fused.set_compile_enabled(mode != "eager")
@@ -214,10 +214,6 @@ def main() -> int:
     if device.type == "cuda":
         torch.cuda.empty_cache()
     res.update(decode_rows(loaded.model, cfg, batches, device, args.steps, slab))
-    from torch._dynamo.utils import counters  # graphs compiled for the 4 fused ops (expect ~2 each)
-
-    res["dynamo"] = {f"{k}.{n}": v for k, c in counters.items() if k in ("stats", "recompiles")
-                     for n, v in c.items()}
     save()
     print_table(res)
     return 0

@@ -236,7 +236,7 @@ def shape_sweep(shape: str, loaded, records, *, loads, seconds: float, new_token
         r["load"] = load
         res[f"switch_interval_tenth_{load:g}"] = r
         log(shape, f"load {load:g}, switch interval / 10", r)
-    for load in eager_loads:  # the same load with the elementwise ops eager (no compiled-call wrappers)
+    for load in eager_loads:  # the same load with the elementwise ops eager (no Triton kernels)
         from worker.model.fused import set_compile_enabled
 
         set_compile_enabled(False)

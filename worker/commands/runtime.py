@@ -31,14 +31,12 @@ def resolve_device(name: str):
 
 
 def use_persistent_compile_caches() -> None:
-    """Inductor's and Triton's caches under telesum's cache folder (unless the operator set them), so a
-    restarted worker reuses the kernels the last start compiled instead of compiling them again;
-    where that folder is a volume, the reuse survives the container too."""
+    """Triton's cache under telesum's cache folder (unless the operator set it), so a restarted worker
+    reuses the kernels the last start compiled instead of compiling them again; where that folder is a
+    volume, the reuse survives the container too."""
     from worker.settings.cache import cache_root
 
-    root = cache_root()
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(root / "inductor"))
-    os.environ.setdefault("TRITON_CACHE_DIR", str(root / "triton"))
+    os.environ.setdefault("TRITON_CACHE_DIR", str(cache_root() / "triton"))
 
 
 def tokenizer_source(engine: EngineSettings):

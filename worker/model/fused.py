@@ -1,11 +1,9 @@
-"""Elementwise parts of a decoder layer, fused on CUDA with torch.compile; plain eager math elsewhere.
+"""Elementwise parts of a decoder layer: one Triton kernel each on CUDA, plain eager math elsewhere.
 
 The eager versions are the reference math (RMSNorm accumulates in fp32, the weight multiplies in the
-model dtype, as transformers does). On CUDA the same functions go through
-`torch.compile(fullgraph=True)` so each becomes one or two generated kernels instead of ~6. Only the
-token dimension is marked dynamic (hidden sizes stay static, so reductions stay persistent): a new
-token count does not recompile, though a count of 1, or one needing 64-bit indexing, gets its own graph.
-`TELESUM_COMPILE=0` in the environment, or `set_compile_enabled(False)`, keeps CUDA eager too.
+model dtype, as transformers does); `fused_kernels` computes the same in one launch instead of ~6,
+rounding once to the model dtype. `TELESUM_COMPILE=0` in the environment, or
+`set_compile_enabled(False)`, keeps CUDA eager too.
 """
 
 from __future__ import annotations
@@ -19,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from worker.model import fused_kernels
 from worker.settings.environment import COMPILE as COMPILE_ENV
 
 log = logging.getLogger(__name__)
@@ -63,38 +62,8 @@ class FusedOps:
 
 
 EAGER = FusedOps(rms_norm_eager, add_rms_norm_eager, apply_rope_qk_eager, silu_mul_eager)
-
-
-def _token_dim_dynamic(*tensors: Tensor) -> None:
-    # Only dim 0 (tokens) varies between calls; hidden sizes stay static so reductions stay persistent.
-    for t in tensors:
-        torch._dynamo.maybe_mark_dynamic(t, 0)
-
-
-def build_compiled(backend: str = "inductor") -> FusedOps:
-    """The four ops through torch.compile(fullgraph=True) with a dynamic token dimension (`backend` for tests)."""
-    rms = torch.compile(rms_norm_eager, fullgraph=True, backend=backend)
-    add_rms = torch.compile(add_rms_norm_eager, fullgraph=True, backend=backend)
-    rope = torch.compile(apply_rope_qk_eager, fullgraph=True, backend=backend)
-    silu = torch.compile(silu_mul_eager, fullgraph=True, backend=backend)
-
-    def rms_norm(x, w, eps):
-        _token_dim_dynamic(x)
-        return rms(x, w, eps)
-
-    def add_rms_norm(x, residual, w, eps):
-        _token_dim_dynamic(x, residual)
-        return add_rms(x, residual, w, eps)
-
-    def apply_rope_qk(q, k, cos, sin):
-        _token_dim_dynamic(q, k, cos, sin)
-        return rope(q, k, cos, sin)
-
-    def silu_mul(gate_up):
-        _token_dim_dynamic(gate_up)
-        return silu(gate_up)
-
-    return FusedOps(rms_norm, add_rms_norm, apply_rope_qk, silu_mul)
+KERNELS = FusedOps(fused_kernels.rms_norm, fused_kernels.add_rms_norm, fused_kernels.apply_rope_qk,
+                   fused_kernels.silu_mul)
 
 
 class _Switch:
@@ -102,34 +71,23 @@ class _Switch:
 
     def __init__(self) -> None:
         self.enabled = os.environ.get(COMPILE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
-        self.compiled: FusedOps | None = None
         self.logged = False
 
     def cuda_ops(self) -> FusedOps:
-        if not self.enabled:
-            if not self.logged:
+        if not self.logged:
+            if self.enabled:
+                log.info("fused elementwise ops: Triton kernels; set %s=0 to run eager", COMPILE_ENV)
+            else:
                 log.info("fused elementwise ops: eager on CUDA (%s=0 or disabled)", COMPILE_ENV)
-                self.logged = True
-            return EAGER
-        if self.compiled is None:
-            from torch.utils._triton import has_triton
-
-            if not has_triton():
-                log.warning("fused elementwise ops: eager on CUDA (torch.compile needs triton, not installed)")
-                self.enabled = False
-                return EAGER
-            self.compiled = build_compiled()
-            log.info("fused elementwise ops: torch.compile (inductor, fullgraph, dynamic token dim); "
-                     "set %s=0 to run eager", COMPILE_ENV)
             self.logged = True
-        return self.compiled
+        return KERNELS if self.enabled else EAGER
 
 
 _switch = _Switch()
 
 
 def set_compile_enabled(enabled: bool) -> None:
-    """Turn the compiled CUDA path on or off for later calls (benchmarks compare both in one process)."""
+    """Turn the kernels on CUDA on or off for later calls (benchmarks compare both in one process)."""
     _switch.enabled = enabled
     _switch.logged = False
 
@@ -139,7 +97,7 @@ def compile_enabled() -> bool:
 
 
 def ops_for(x: Tensor) -> FusedOps:
-    """The implementation for tensors like `x`: compiled on CUDA when enabled, else the eager math."""
+    """The implementation for tensors like `x`: the Triton kernels on CUDA when enabled, else the eager math."""
     return _switch.cuda_ops() if x.is_cuda else EAGER
 
 

@@ -1,5 +1,5 @@
 """telesum's cache folder: the probe's budgets (`probe/`), GGUF tokenizers converted once
-(`tokenizer/`) and the compiled kernels (`inductor/`, `triton/`). One folder, so one volume keeps a
+(`tokenizer/`) and the compiled Triton kernels (`triton/`). One folder, so one volume keeps a
 restarted worker's start short."""
 
 from __future__ import annotations

@@ -28,11 +28,11 @@ def declare(name: str, read_by: str, help: str) -> str:
 CONFIG = declare("TELESUM_CONFIG", "worker.settings.load", "TOML settings file (as --config FILE)")
 CACHE_DIR = declare("TELESUM_CACHE_DIR", "worker.settings.cache",
                     "telesum's cache folder: the probe's budgets (probe/), GGUF tokenizers converted once "
-                    "(tokenizer/), compiled kernels (inductor/, triton/); default $XDG_CACHE_HOME/telesum, "
+                    "(tokenizer/), compiled Triton kernels (triton/); default $XDG_CACHE_HOME/telesum, "
                     "else ~/.cache/telesum")
 DECODE_GRAPHS = declare("TELESUM_DECODE_GRAPHS", "worker.engine.runner",
                         "0: decode steps run eagerly instead of replaying captured CUDA graphs")
-COMPILE = declare("TELESUM_COMPILE", "worker.model.fused", "0: the fused elementwise ops run eagerly (no torch.compile)")
+COMPILE = declare("TELESUM_COMPILE", "worker.model.fused", "0: the fused elementwise ops run as eager PyTorch ops instead of Triton kernels")
 SUPERVISOR_PID = declare("TELESUM_SUPERVISOR_PID", "worker.commands.supervisor",
                          "set by the --gpus supervisor in its children's environment, so they follow it out")
 CACHE = declare("TELESUM_CACHE", "scripts/kafka.sh", "where the local broker's jars and state live "

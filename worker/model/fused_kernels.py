@@ -1,0 +1,141 @@
+"""Triton kernels for a decoder layer's elementwise parts: one launch each, no tracing at start-up.
+
+Each kernel computes in fp32 and rounds once to the model dtype; `fused.py` holds the eager reference
+math they are checked against. They replace `torch.compile` of the same functions, which cost ~6 s of
+tracing on every start (its caches skip code generation, not dynamo) and, at run time, a guard check
+and wrapper on every call: ~40 % of a prefill forward's host time (bench/NOTES.md, issue 29).
+
+No kernel takes the token count as an argument (it is the grid), so a new count never compiles a new
+variant. Rows and heads may be strided views (q and k are column slices of the qkv projection's
+output); the last dimension must be contiguous.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+
+@triton.jit
+def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, C, stride_x, stride_res, stride_out,
+                     stride_res_out, eps, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < C
+    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
+    if HAS_RESIDUAL:  # the sum is rounded to the stream's dtype before the norm, as the eager math does
+        res = tl.load(res_ptr + row * stride_res + cols, mask=mask, other=0.0)
+        x = (x.to(tl.float32) + res.to(tl.float32)).to(res_out_ptr.dtype.element_ty)
+        tl.store(res_out_ptr + row * stride_res_out + cols, x, mask=mask)
+    x32 = x.to(tl.float32)
+    inv = tl.rsqrt(tl.sum(x32 * x32, axis=0) / C + eps)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    normed = (x32 * inv).to(out_ptr.dtype.element_ty).to(tl.float32)  # cast back before the weight, as transformers does
+    tl.store(out_ptr + row * stride_out + cols, (normed * w).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _row_major(x: Tensor) -> Tensor:
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+def _norm_warps(block: int) -> int:
+    return 8 if block >= 2048 else 4
+
+
+def rms_norm(x: Tensor, w: Tensor, eps: float) -> Tensor:
+    """x [T, C] -> [T, C]: normalised in fp32, cast back to x.dtype, scaled by w [C] (w.dtype == x.dtype)."""
+    x = _row_major(x)
+    tokens, channels = x.shape
+    out = torch.empty((tokens, channels), dtype=x.dtype, device=x.device)
+    if tokens:
+        block = triton.next_power_of_2(channels)
+        _rms_norm_kernel[(tokens,)](x, x, w, out, out, channels, x.stride(0), 0, out.stride(0), 0, eps,
+                                    HAS_RESIDUAL=False, BLOCK=block, num_warps=_norm_warps(block))
+    return out
+
+
+def add_rms_norm(x: Tensor, residual: Tensor, w: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    """(rms_norm(x + residual), x + residual) for x, residual [T, C], in one pass over both."""
+    x, residual = _row_major(x), _row_major(residual)
+    tokens, channels = x.shape
+    out = torch.empty((tokens, channels), dtype=x.dtype, device=x.device)
+    new_residual = torch.empty_like(out)
+    if tokens:
+        block = triton.next_power_of_2(channels)
+        _rms_norm_kernel[(tokens,)](x, residual, w, out, new_residual, channels, x.stride(0), residual.stride(0),
+                                    out.stride(0), new_residual.stride(0), eps, HAS_RESIDUAL=True, BLOCK=block,
+                                    num_warps=_norm_warps(block))
+    return out, new_residual
+
+
+@triton.jit
+def _rotate_heads(x_ptr, o_ptr, token, stride_t, stride_h, heads, c1, c2, s1, s2,
+                  HALF: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr):
+    h = tl.arange(0, BLOCK_H)[:, None]
+    d = tl.arange(0, BLOCK_D)[None, :]
+    mask = (h < heads) & (d < HALF)
+    src = x_ptr + token * stride_t + h * stride_h + d
+    x1 = tl.load(src, mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(src + HALF, mask=mask, other=0.0).to(tl.float32)
+    dst = o_ptr + token * heads * 2 * HALF + h * 2 * HALF + d  # the output is contiguous [T, heads, D]
+    tl.store(dst, (x1 * c1 - x2 * s1).to(o_ptr.dtype.element_ty), mask=mask)
+    tl.store(dst + HALF, (x2 * c2 + x1 * s2).to(o_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _rope_qk_kernel(q_ptr, k_ptr, cos_ptr, sin_ptr, q_out_ptr, k_out_ptr, stride_qt, stride_qh, stride_kt,
+                    stride_kh, stride_cos, stride_sin, heads_q, heads_k, HALF: tl.constexpr,
+                    BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_D: tl.constexpr):
+    token = tl.program_id(0).to(tl.int64)
+    d = tl.arange(0, BLOCK_D)[None, :]
+    dmask = d < HALF
+    c1 = tl.load(cos_ptr + token * stride_cos + d, mask=dmask, other=0.0).to(tl.float32)
+    c2 = tl.load(cos_ptr + token * stride_cos + HALF + d, mask=dmask, other=0.0).to(tl.float32)
+    s1 = tl.load(sin_ptr + token * stride_sin + d, mask=dmask, other=0.0).to(tl.float32)
+    s2 = tl.load(sin_ptr + token * stride_sin + HALF + d, mask=dmask, other=0.0).to(tl.float32)
+    _rotate_heads(q_ptr, q_out_ptr, token, stride_qt, stride_qh, heads_q, c1, c2, s1, s2, HALF, BLOCK_HQ, BLOCK_D)
+    _rotate_heads(k_ptr, k_out_ptr, token, stride_kt, stride_kh, heads_k, c1, c2, s1, s2, HALF, BLOCK_HK, BLOCK_D)
+
+
+def apply_rope_qk(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    """Rotated (q [T, H, D], k [T, Hkv, D]), contiguous, for cos/sin [T, 1, D] (half-split pairs)."""
+    q, k, cos, sin = _row_major(q), _row_major(k), _row_major(cos), _row_major(sin)
+    tokens, heads_q, dim = q.shape
+    heads_k = k.shape[1]
+    q_out = torch.empty((tokens, heads_q, dim), dtype=q.dtype, device=q.device)
+    k_out = torch.empty((tokens, heads_k, dim), dtype=k.dtype, device=k.device)
+    if tokens:
+        half = dim // 2
+        _rope_qk_kernel[(tokens,)](q, k, cos, sin, q_out, k_out, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+                                   cos.stride(0), sin.stride(0), heads_q, heads_k, HALF=half,
+                                   BLOCK_HQ=triton.next_power_of_2(heads_q), BLOCK_HK=triton.next_power_of_2(heads_k),
+                                   BLOCK_D=triton.next_power_of_2(half), num_warps=4)
+    return q_out, k_out
+
+
+@triton.jit
+def _silu_mul_kernel(gate_up_ptr, out_ptr, inner, stride_in, stride_out, BLOCK: tl.constexpr):
+    token = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < inner
+    gate = tl.load(gate_up_ptr + token * stride_in + cols, mask=mask, other=0.0).to(tl.float32)
+    up = tl.load(gate_up_ptr + token * stride_in + inner + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + token * stride_out + cols, (gate * tl.sigmoid(gate) * up).to(out_ptr.dtype.element_ty),
+             mask=mask)
+
+
+_SILU_BLOCK = 1024
+
+
+def silu_mul(gate_up: Tensor) -> Tensor:
+    """gate_up [T, 2I] (gate then up) -> silu(gate) * up [T, I]."""
+    gate_up = _row_major(gate_up)
+    tokens, inner = gate_up.shape[0], gate_up.shape[1] // 2
+    out = torch.empty((tokens, inner), dtype=gate_up.dtype, device=gate_up.device)
+    if tokens:
+        block = min(_SILU_BLOCK, triton.next_power_of_2(inner))
+        _silu_mul_kernel[(tokens, triton.cdiv(inner, block))](gate_up, out, inner, gate_up.stride(0), out.stride(0),
+                                                              BLOCK=block, num_warps=4)
+    return out
