@@ -1,12 +1,16 @@
-"""The preprocessing pool starts all its processes at once, without holding up its caller."""
+"""The preprocessing pool starts all its processes at once, without holding up its caller, whose first
+records it prepares in place until the processes are up."""
 
 from __future__ import annotations
 
 import os
 import time
 
+from worker.messages import TelemetryRecord
 from worker.summarizer import preprocess
-from worker.summarizer.preprocess import Preprocessor
+from worker.summarizer.preprocess import Preprocessor, prepare
+
+from tests.engine.tiny_tokenizer import tiny_tokenizer
 
 GATE_WAIT_S = 10
 
@@ -31,6 +35,29 @@ def _wait_for_gate(gate: str) -> GatedTokenizer:
         time.sleep(0.01)
     tokenizer = GatedTokenizer.__new__(GatedTokenizer)
     tokenizer.gate, tokenizer.gate_was_open = gate, os.path.exists(gate)
+    return tokenizer
+
+
+class GatedRealTokenizer:
+    """A working tokenizer whose copy in a pool process becomes usable only once the file `gate` exists."""
+
+    def __init__(self, tokenizer, gate: str) -> None:
+        self.tokenizer, self.gate = tokenizer, gate
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["tokenizer"], name)
+
+    def __call__(self, *args, **kwargs):
+        return self.tokenizer(*args, **kwargs)
+
+    def __reduce__(self):
+        return _real_after_gate, (self.tokenizer, self.gate)
+
+
+def _real_after_gate(tokenizer, gate: str):
+    deadline = time.monotonic() + GATE_WAIT_S
+    while not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.01)
     return tokenizer
 
 
@@ -94,3 +121,25 @@ def pool_waits_no_more(pool: Preprocessor) -> bool:
     """A process already waiting in the start-up barrier returns at once (one whose fellow never
     runs its start-up task, cancelled by the close, would otherwise wait _START_WAIT_S)."""
     return pool._all_started.broken
+
+
+def test_records_before_the_pool_is_up_are_prepared_on_the_callers_thread_up_to_a_bound(tmp_path, monkeypatch):
+    monkeypatch.setattr(preprocess, "PREPARED_WHILE_STARTING", 3)
+    tokenizer, gate = tiny_tokenizer(), tmp_path / "gate"
+    records = [TelemetryRecord(id=f"r{i}", kind="syslog", source="enb-7",
+                               body=f"<11>1 2026-11-29T10:00:0{i}Z cell{i} ran - - - link down on port {i}")
+               for i in range(6)]
+    want = [prepare(r, tokenizer).prompt.tolist() for r in records]
+    pool = Preprocessor(GatedRealTokenizer(tokenizer, str(gate)), workers=1)
+    try:
+        early = [pool.submit(r) for r in records[:5]]  # the gate is shut: no process can be up
+        assert [f.done() for f in early] == [True, True, True, False, False]  # the bound: the rest wait
+        assert pool.prepared_while_starting == 3
+        gate.touch()
+        assert [f.result(timeout=120).prompt.tolist() for f in early] == want[:5]
+        pool.started[0].result(timeout=120)
+        late = pool.submit(records[5])
+        assert late.result(timeout=120).prompt.tolist() == want[5]
+        assert pool.prepared_while_starting == 3  # once up, the pool prepares every record
+    finally:
+        pool.close()
