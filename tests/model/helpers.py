@@ -16,13 +16,14 @@ def run_packed(model, seqs: list[torch.Tensor], *, ctx_lens=None, pad_lens=None,
     ctx_lens = ctx_lens or [0] * len(seqs)
     pad_lens = pad_lens or [0] * len(seqs)
     cfg = model.cfg
+    device = seqs[0].device
     kv = kv or KVCache.allocate(cfg, slab_rows * len(seqs), torch.float32, "cpu")
     meta, pos = build_pass([len(s) for s in seqs], ctx_lens, [b * slab_rows for b in range(len(seqs))],
-                           pad_lens=pad_lens)
-    ids = torch.cat([torch.cat([s, torch.zeros(p, dtype=s.dtype)]) for s, p in zip(seqs, pad_lens)])
+                           pad_lens=pad_lens, device=device)
+    ids = torch.cat([torch.cat([s, torch.zeros(p, dtype=s.dtype, device=device)]) for s, p in zip(seqs, pad_lens)])
     cu = meta.cu_seqlens_q.tolist()
     rows = [list(range(cu[b], cu[b] + len(s))) if all_logits else [cu[b] + len(s) - 1] for b, s in enumerate(seqs)]
-    logits = model(ids, pos, meta, kv, torch.tensor([r for rr in rows for r in rr]))
+    logits = model(ids, pos, meta, kv, torch.tensor([r for rr in rows for r in rr], device=device))
     out, i = [], 0
     for rr in rows:
         out.append(logits[i:i + len(rr)])

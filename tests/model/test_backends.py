@@ -11,7 +11,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import torch.nn.attention.varlen as varlen_module
 from worker.model import KVCache, ModelConfig, random_model, select_backend
 from worker.model.attention import AttentionMetadata, SdpaBackend, TorchFa2Backend
 
@@ -63,22 +62,7 @@ def fake_flash_attention_forward(q, k, v, cu_q, cu_k, max_q, max_k, dropout_p, i
     return out, None, None, None, None
 
 
-def fake_varlen_attn_212(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None,
-                         window_size=(-1, -1), enable_gqa=False):
-    assert window_size == (-1, 0), "prefill must be causal"
-    assert enable_gqa == (key.shape[1] != query.shape[1]), "2.12+ needs enable_gqa exactly for GQA"
-    return _fa2_reference(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale)
-
-
-def fake_varlen_attn_211(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None,
-                         window_size=(-1, -1)):
-    assert window_size == (-1, 0), "prefill must be causal"
-    return _fa2_reference(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale)
-
-
-@pytest.mark.parametrize("varlen", [fake_varlen_attn_212, fake_varlen_attn_211], ids=["torch2.12", "torch2.11"])
-def test_torch_fa2_backend_plumbing_matches_sdpa(varlen, monkeypatch):
-    monkeypatch.setattr(varlen_module, "varlen_attn", varlen)
+def test_torch_fa2_backend_plumbing_matches_sdpa(monkeypatch):
     monkeypatch.setattr(torch.ops.aten, "_flash_attention_forward", fake_flash_attention_forward)
     lm = random_model(ModelConfig.tiny("llama", num_layers=2), device="cpu", seed=5)
     model = lm.model
@@ -98,6 +82,28 @@ def test_torch_fa2_backend_plumbing_matches_sdpa(varlen, monkeypatch):
     got = prefill_chunk_decode()
     assert not torch.isnan(got).any()
     assert rel_err(got, expected) < 1e-5
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="FlashAttention-2 runs on CUDA")
+def test_torch_fa2_backend_on_cuda_matches_sdpa_from_zero_and_on_the_tape():
+    lm = random_model(ModelConfig.tiny("qwen2", num_layers=2), device="cuda", dtype=torch.bfloat16, seed=5)
+    model = lm.model
+    assert model.cfg.num_kv_heads < model.cfg.num_heads  # grouped K/V heads, as the served models have
+    gen = torch.Generator().manual_seed(0)
+    seqs = [torch.randint(0, 256, (n,), generator=gen).cuda() for n in (9, 40, 3)]
+    more = [torch.randint(0, 256, (n,), generator=gen).cuda() for n in (6, 1, 1)]
+
+    def prefill_then_more():
+        kv = KVCache.allocate(model.cfg, 3 * 64, torch.bfloat16, "cuda")
+        first, kv = run_packed(model, seqs, pad_lens=[7, 0, 5], kv=kv)  # from zero, with pads
+        second, kv = run_packed(model, more, ctx_lens=[len(s) for s in seqs], kv=kv)  # the tape
+        return torch.cat([torch.cat(first), torch.cat(second)]).float()
+
+    model.set_backend(SdpaBackend())
+    expected = prefill_then_more()
+    model.set_backend(TorchFa2Backend())
+    got = prefill_then_more()
+    assert rel_err(got, expected) < 2e-2
 
 
 def test_tape_attention_splits_a_mixed_step_between_fa2_and_the_decode_kernel(monkeypatch):

@@ -13,7 +13,6 @@ rows. When `is_prefill_from_zero`, backends may use the fresh packed K/V instead
 from __future__ import annotations
 
 import importlib.util
-import inspect
 import logging
 from dataclasses import dataclass
 
@@ -139,46 +138,21 @@ class SdpaBackend(AttentionBackend):
 
 
 class TorchFa2Backend(AttentionBackend):
-    """PyTorch's built-in FlashAttention-2 (CUDA): varlen_attn from zero, aten op with seqused_k on the tape."""
+    """PyTorch's built-in FlashAttention-2 (CUDA), through its aten op: from zero, and with seqused_k on the tape.
+
+    Not `torch.nn.attention.varlen.varlen_attn`, the same kernel behind a custom op: its first call
+    imports torch's compiler stack (torch 2.11: 1.7 s of the warm start's first engine step on an
+    H200), and each call pays the custom op's Python wrappers."""
 
     name = "torch_fa2"
 
-    def __init__(self) -> None:
-        try:
-            from torch.nn.attention.varlen import varlen_attn
-        except ImportError:  # older torch: the aten op serves both cases
-            varlen_attn = None
-        self._varlen_attn = varlen_attn
-        self._varlen_kwargs: dict = {}
-        if varlen_attn is not None:
-            params = inspect.signature(varlen_attn).parameters
-            if "window_size" in params:
-                self._varlen_kwargs["window_size"] = (-1, 0)  # causal
-            elif "is_causal" in params:
-                self._varlen_kwargs["is_causal"] = True
-            else:
-                raise RuntimeError("torch.nn.attention.varlen.varlen_attn has no causal option in this torch")
-            # torch 2.12+ needs enable_gqa=True for fewer K/V heads; 2.11 takes them without the flag.
-            self._gqa_flag = "enable_gqa" in params
-            self._has_scale = "scale" in params
-
     def attend(self, q, k, v, k_tape, v_tape, meta, scale):
         if meta.is_prefill_from_zero:
-            return self._prefill_from_zero(q, k, v, meta, scale)
-        return tape_attention(q, k_tape, v_tape, meta, scale)
-
-    def _prefill_from_zero(self, q, k, v, meta, scale):
-        cu = meta.cu_seqlens_q
-        if self._varlen_attn is None:
+            cu = meta.cu_seqlens_q
             out = torch.ops.aten._flash_attention_forward(
                 q, k, v, cu, cu, meta.max_seqlen_q, meta.max_seqlen_q, 0.0, True, False, scale=scale)
-            return out[0]
-        kwargs = dict(self._varlen_kwargs)
-        if self._has_scale:
-            kwargs["scale"] = scale
-        if self._gqa_flag and k.shape[1] != q.shape[1]:
-            kwargs["enable_gqa"] = True
-        return self._varlen_attn(q, k, v, cu, cu, meta.max_seqlen_q, meta.max_seqlen_q, **kwargs)
+            return out[0]  # [T, H, D]
+        return tape_attention(q, k_tape, v_tape, meta, scale)
 
 
 def tape_cu_seqlens_k(slab_starts: torch.Tensor, tape_rows: int) -> torch.Tensor:
