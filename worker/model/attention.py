@@ -149,9 +149,7 @@ class TorchFa2Backend(AttentionBackend):
     def attend(self, q, k, v, k_tape, v_tape, meta, scale):
         if meta.is_prefill_from_zero:
             cu = meta.cu_seqlens_q
-            out = torch.ops.aten._flash_attention_forward(
-                q, k, v, cu, cu, meta.max_seqlen_q, meta.max_seqlen_q, 0.0, True, False, scale=scale)
-            return out[0]  # [T, H, D]
+            return _fa2(q, k, v, cu, cu, meta.max_seqlen_q, meta.max_seqlen_q, None, scale)
         return tape_attention(q, k_tape, v_tape, meta, scale)
 
 
@@ -178,21 +176,22 @@ def tape_attention(q, k_tape, v_tape, meta: AttentionMetadata, scale: float) -> 
                               meta.head_starts, meta.head_lens)
     rows = meta.num_decode_rows if decode_kernel else 0
     if not rows:
-        return _fa2_tape(q, k_tape, v_tape, meta.cu_seqlens_q, cu_k, meta.max_seqlen_q, meta.max_seqlen_k,
+        return _fa2(q, k_tape, v_tape, meta.cu_seqlens_q, cu_k, meta.max_seqlen_q, meta.max_seqlen_k,
                          meta.seqused_k, scale)
     # FA2 gives every sequence of a pass as many query blocks as the longest span needs: decode rows
     # beside a bin of long prompts cost it ~4x the decode kernel (SmolLM2-135M shape, 1,500 rows).
     seqs, tokens = meta.num_seqs - rows, q.shape[0] - rows
-    prefill = _fa2_tape(q[:tokens], k_tape, v_tape, meta.cu_seqlens_q[:seqs + 1],
+    prefill = _fa2(q[:tokens], k_tape, v_tape, meta.cu_seqlens_q[:seqs + 1],
                         torch.cat([cu_k[:seqs], cu_k[-1:]]), meta.max_seqlen_q, meta.max_seqlen_k,
                         meta.seqused_k[:seqs], scale)
     decode = _decode_kernel(q[tokens:], k_tape, v_tape, meta.slab_starts[seqs:], meta.seqused_k[seqs:], scale)
     return torch.cat([prefill, decode])
 
 
-def _fa2_tape(q, k_tape, v_tape, cu_q, cu_k, max_q: int, max_k: int, seqused_k, scale: float) -> torch.Tensor:
+def _fa2(q, k, v, cu_q, cu_k, max_q: int, max_k: int, seqused_k, scale: float) -> torch.Tensor:
+    """FA2's causal varlen kernel (aten op); seqused_k [B] limits each sequence's keys (None: all of cu_k's span)."""
     out = torch.ops.aten._flash_attention_forward(
-        q, k_tape, v_tape, cu_q, cu_k, max_q, max_k, 0.0, True, False, scale=scale, seqused_k=seqused_k)
+        q, k, v, cu_q, cu_k, max_q, max_k, 0.0, True, False, scale=scale, seqused_k=seqused_k)
     return out[0]  # [T, H, D]
 
 

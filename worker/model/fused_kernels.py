@@ -32,7 +32,7 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, C, stride_x, s
     x32 = x.to(tl.float32)
     inv = tl.rsqrt(tl.sum(x32 * x32, axis=0) / C + eps)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    normed = (x32 * inv).to(out_ptr.dtype.element_ty).to(tl.float32)  # cast back before the weight, as transformers does
+    normed = (x32 * inv).to(out_ptr.dtype.element_ty).to(tl.float32)  # rounded before the weight, as transformers does
     tl.store(out_ptr + row * stride_out + cols, (normed * w).to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -40,34 +40,32 @@ def _row_major(x: Tensor) -> Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-def _norm_warps(block: int) -> int:
-    return 8 if block >= 2048 else 4
+def _norm(x: Tensor, residual: Tensor | None, w: Tensor, eps: float) -> tuple[Tensor, Tensor | None]:
+    """(rms_norm(x [+ residual]), x + residual or None): one launch, a row per program."""
+    x = _row_major(x)
+    tokens, channels = x.shape
+    out = torch.empty((tokens, channels), dtype=x.dtype, device=x.device)
+    new_residual = None
+    if residual is not None:
+        residual = _row_major(residual)
+        new_residual = torch.empty_like(out)
+    if tokens:
+        block = triton.next_power_of_2(channels)
+        res, res_out = (x, out) if residual is None else (residual, new_residual)
+        _rms_norm_kernel[(tokens,)](x, res, w, out, res_out, channels, x.stride(0), res.stride(0), out.stride(0),
+                                    res_out.stride(0), eps, HAS_RESIDUAL=residual is not None, BLOCK=block,
+                                    num_warps=8 if block >= 2048 else 4)
+    return out, new_residual
 
 
 def rms_norm(x: Tensor, w: Tensor, eps: float) -> Tensor:
     """x [T, C] -> [T, C]: normalised in fp32, cast back to x.dtype, scaled by w [C] (w.dtype == x.dtype)."""
-    x = _row_major(x)
-    tokens, channels = x.shape
-    out = torch.empty((tokens, channels), dtype=x.dtype, device=x.device)
-    if tokens:
-        block = triton.next_power_of_2(channels)
-        _rms_norm_kernel[(tokens,)](x, x, w, out, out, channels, x.stride(0), 0, out.stride(0), 0, eps,
-                                    HAS_RESIDUAL=False, BLOCK=block, num_warps=_norm_warps(block))
-    return out
+    return _norm(x, None, w, eps)[0]
 
 
 def add_rms_norm(x: Tensor, residual: Tensor, w: Tensor, eps: float) -> tuple[Tensor, Tensor]:
     """(rms_norm(x + residual), x + residual) for x, residual [T, C], in one pass over both."""
-    x, residual = _row_major(x), _row_major(residual)
-    tokens, channels = x.shape
-    out = torch.empty((tokens, channels), dtype=x.dtype, device=x.device)
-    new_residual = torch.empty_like(out)
-    if tokens:
-        block = triton.next_power_of_2(channels)
-        _rms_norm_kernel[(tokens,)](x, residual, w, out, new_residual, channels, x.stride(0), residual.stride(0),
-                                    out.stride(0), new_residual.stride(0), eps, HAS_RESIDUAL=True, BLOCK=block,
-                                    num_warps=_norm_warps(block))
-    return out, new_residual
+    return _norm(x, residual, w, eps)
 
 
 @triton.jit
