@@ -25,8 +25,7 @@ from worker.benchmarks.corpora import QWEN25_7B, SMOLLM2_135M  # noqa: E402
 from worker.model import KVCache, ModelConfig, build_pass, fused, random_model  # noqa: E402
 from worker.model import fused_kernels  # noqa: E402
 
-SMOLLM2 = dict(hidden=576, heads=9, kv_heads=3, head_dim=64, inner=1536)
-QWEN7B = dict(hidden=3584, heads=28, kv_heads=4, head_dim=128, inner=18944)
+SHAPES = {"smollm2": ModelConfig.from_hf_config(SMOLLM2_135M), "qwen7b": ModelConfig.from_hf_config(QWEN25_7B)}
 
 
 def compiled_ops() -> fused.FusedOps:
@@ -47,12 +46,12 @@ def compiled_ops() -> fused.FusedOps:
 IMPLS = {"eager": lambda: fused.EAGER, "compiled": compiled_ops, "kernels": lambda: fused.KERNELS}
 
 
-def op_calls(ops: fused.FusedOps, shape: dict, tokens: int) -> dict:
+def op_calls(ops: fused.FusedOps, cfg: ModelConfig, tokens: int) -> dict:
     g = torch.Generator(device="cuda").manual_seed(0)
 
     def randn(*size):
         return torch.randn(*size, device="cuda", generator=g).to(torch.bfloat16)
-    c, h, hk, d, i = shape["hidden"], shape["heads"], shape["kv_heads"], shape["head_dim"], shape["inner"]
+    c, h, hk, d, i = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size
     x, res, w = randn(tokens, c), randn(tokens, c), randn(c)
     qkv = randn(tokens, (h + 2 * hk) * d)
     q, k = qkv[:, :h * d].view(tokens, h, d), qkv[:, h * d:(h + hk) * d].view(tokens, hk, d)
@@ -83,14 +82,14 @@ def ops_rows(token_counts: list[int], reps: int) -> dict:
     for name, make in IMPLS.items():
         t0 = time.perf_counter()
         ops = make()
-        for shape_name, shape in (("smollm2", SMOLLM2), ("qwen7b", QWEN7B)):
-            for n, call in op_calls(ops, shape, 7).items():  # first calls: compilation
+        for shape_name, cfg in SHAPES.items():
+            for n, call in op_calls(ops, cfg, 7).items():  # first calls: compilation
                 t1 = time.perf_counter()
                 call()
                 torch.cuda.synchronize()
                 out.setdefault(f"{name}_first_call_s", {})[f"{shape_name}_{n}"] = time.perf_counter() - t1
             for tokens in token_counts:
-                for n, call in op_calls(ops, shape, tokens).items():
+                for n, call in op_calls(ops, cfg, tokens).items():
                     call()
                     out[f"{shape_name}_{n}_T{tokens}_{name}"] = time_call(call, reps)
         out[f"{name}_setup_s"] = time.perf_counter() - t0
@@ -99,7 +98,7 @@ def ops_rows(token_counts: list[int], reps: int) -> dict:
 
 def prefill_rows(reps: int) -> dict:
     """One 900-token prompt through a SmolLM2-shaped model, as a prefill step runs it."""
-    cfg = ModelConfig.from_hf_config(SMOLLM2_135M)
+    cfg = SHAPES["smollm2"]
     loaded = random_model(cfg, device="cuda", dtype=torch.bfloat16)
     kv = KVCache.allocate(cfg, 1024, torch.bfloat16, "cuda")
     meta, pos = build_pass([900], [0], [0], pad_lens=[4], device="cuda")
@@ -168,7 +167,6 @@ def main() -> int:
     if args.chart_from:
         chart(json.loads(args.chart_from.read_text()), args.out / "fused_kernels.png")
         return 0
-    assert QWEN25_7B["hidden_size"] == QWEN7B["hidden"] and QWEN25_7B["intermediate_size"] == QWEN7B["inner"]
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": " ".join(sys.argv)}
     res.update(ops_rows([int(t) for t in args.tokens.split(",")], args.reps))
