@@ -182,11 +182,11 @@ class Preprocessor:
         """Whether the caller's thread prepares this record: the pool's processes still start (seconds
         of imports), and fewer than PREPARED_WHILE_STARTING records were prepared so. The first bins
         then need not wait for the pool, and a backlog at start costs the caller's thread a bounded time."""
+        if self._answering:  # once up, for good: every later record skips the lock
+            return False
         with self._heads_lock:
-            if self._answering or self.prepared_while_starting >= PREPARED_WHILE_STARTING:
-                return False
             self._answering = all(f.done() for f in self.started)  # a failed start: the pool reports it
-            if self._answering:
+            if self._answering or self.prepared_while_starting >= PREPARED_WHILE_STARTING:
                 return False
             self.prepared_while_starting += 1
             return True
