@@ -35,6 +35,8 @@ SHAPES = [
     ("fluentbit_syslog", "json-log", lambda: fixture("fluentbit_syslog.json"), 1, "gnb-du-0412"),
     ("fluentbit_tail", "json-log", lambda: fixture("fluentbit_tail.json"), 1, "upf-3"),
     ("vector_syslog", "json-log", lambda: fixture("vector_syslog.json"), 1, "core-sw-1"),
+    ("fluentbit_http_batch", "json-log", lambda: fixture("fluentbit_http_batch.json"), 3, "upf-3"),
+    ("vector_http_batch", "json-log", lambda: fixture("vector_http_batch.json"), 2, "core-sw-1"),
     ("otlp_json", "otlp", lambda: fixture("otlp_logs.json"), 2, "amf-1"),
     ("otlp_proto", "otlp", otlp_proto, 2, "amf-1"),
 ]

@@ -8,7 +8,9 @@ its records are log lines that the worker groups per host into windows (`worker.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Union
 
@@ -39,6 +41,7 @@ class Message:
     partition: int = 0
     offset: int = 0
     timestamp_ms: int | None = None  # the Kafka record's timestamp (the producer's create time)
+    batch_index: int | None = None  # an element of a top-level JSON array: its index (part of its ids)
 
     def header(self, name: str) -> str | None:
         """The first header called `name` (case-insensitive) as text, or None."""
@@ -59,6 +62,8 @@ class Message:
     def stable_id(self, index: int | None = None) -> str:
         """An id for a record that brought none: the same on every replay of this message."""
         base = f"{self.topic}:{self.partition}:{self.offset}"
+        if self.batch_index is not None:
+            base = f"{base}:{self.batch_index}"
         return base if index is None else f"{base}:{index}"
 
 
@@ -128,6 +133,70 @@ def parse_json(raw: bytes) -> Any:
         raise InvalidRecord("invalid_json", f"not JSON: {exc}") from exc
     except RecursionError:
         raise too_deep("JSON") from None
+
+
+def json_kind(value: Any) -> str:
+    """What a decoded JSON value is, for a dead letter: 'an object', 'a number', 'null', …"""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    return "a string" if isinstance(value, str) else "a number"
+
+
+def _plural(kind: str) -> str:
+    return {"an object": "objects", "an array": "arrays", "a string": "strings", "a number": "numbers"}.get(
+        kind, f"{kind} values")
+
+
+def not_an_object(value: Any) -> InvalidRecord:
+    """The dead letter for JSON that is neither an object (a record) nor an array holding objects (a
+    batch of them): `invalid_field`, naming what the value is instead."""
+    if isinstance(value, list):
+        kinds = sorted({json_kind(v) for v in value[:1000]})
+        what = (f"an array of {_plural(kinds[0])}" if len(kinds) == 1 else
+                f"an array of {', '.join(_plural(k) for k in kinds)}") if value else "an empty array"
+        return InvalidRecord("invalid_field", f"the message is JSON, {what}: a record is a JSON object, and a "
+                                              f"batch an array of objects")
+    hint = " (JSON text inside a JSON string: encoded twice?)" if isinstance(value, str) and \
+        value.lstrip()[:1] in ("{", "[") else ""
+    return InvalidRecord("invalid_field", f"the message is JSON, {json_kind(value)}{hint}: a record is a JSON "
+                                          f"object, and a batch an array of objects")
+
+
+def decode_batch(events: list, message: Message, max_items: int,
+                 decode_one: Callable[[dict, Message, int], list[Item]]) -> list[Item]:
+    """The items of a top-level JSON array of events (Fluent Bit's and Vector's HTTP-style batches):
+    each object through `decode_one(event, its message, items it may still bring)`, its message
+    holding the event's own bytes and its index (`batch_index`, part of the ids it gets); an element
+    that is not an object is its own dead letter. At most `max_items` records in all: the events
+    past them are answered by `too_many_items` letters. An array holding no object is one dead letter."""
+    if not any(isinstance(event, dict) for event in events):
+        return [not_an_object(events)]
+    items: list[Item] = []
+    kept = 0
+    for index, event in enumerate(events):
+        if kept >= max_items:
+            return items + overflow_letters(events[index:], index, len(events), max_items, "events",
+                                            msgspec.json.encode)
+        raw = msgspec.json.encode(event)
+        if not isinstance(event, dict):
+            letter = InvalidRecord("invalid_field", f"element {index} of the array is JSON {json_kind(event)}, "
+                                                    f"not an event (an object)", original=raw)
+            items.append(letter)
+            continue
+        part = dataclasses.replace(message, value=raw, batch_index=index)
+        for item in decode_one(event, part, max_items - kept):
+            if isinstance(item, InvalidRecord):
+                item.original = item.original if item.original is not None else raw
+            else:
+                kept += 1
+            items.append(item)
+    return items
 
 
 def text_value(value: Any) -> str | None:

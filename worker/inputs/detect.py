@@ -5,6 +5,11 @@ content-type header when one is sent). Producers send no content-type, so conten
 - a JSON object: `resourceLogs` -> otlp (otlp_json); `event` / `eventList` / `commonEventHeader`
   -> ves; `id` + `kind` + `body` -> envelope; a message field (`message`, `log`, …) -> json-log;
   any other object -> envelope, whose dead letter names the missing field
+- a JSON array holding objects (Fluent Bit's and Vector's HTTP-style batches): each object as above,
+  with its own answer; any other JSON value (an array of no objects, a string, a number, true,
+  false, null) -> dead letter `invalid_field` naming what it is; JSON nested beyond the decoder ->
+  `too_deep`. Text that only begins like JSON (`[2026-12-01 …] …`) is a line; text beginning with
+  `{` or `[{"` that is not JSON is `invalid_json`.
 - bytes that parse as an OTLP protobuf request holding log records -> otlp
 - other UTF-8 text (a raw syslog line) -> syslog; other bytes -> dead letter `invalid_utf8`
 
@@ -13,9 +18,12 @@ The record's `input_format` attribute and the answer's `telesum-input-format` he
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 
-from worker.inputs.base import MAX_ITEMS_PER_MESSAGE, Decoder, Item, Message, require_bytes, require_text, too_deep
+from worker.inputs.base import (MAX_ITEMS_PER_MESSAGE, Decoder, Item, Message, decode_batch, not_an_object,
+                                require_bytes, require_text, too_deep)
 from worker.inputs.envelope import MSGPACK_MEDIA_TYPES, EnvelopeDecoder
 from worker.inputs.json_log import JsonLogDecoder
 from worker.inputs.otlp import OtlpDecoder, count_log_records, decode_request, parse_otlp
@@ -27,6 +35,11 @@ PROTOBUF_MEDIA_TYPES = ("application/x-protobuf", "application/protobuf", "appli
 _ENVELOPE_FIELDS = ("id", "kind", "body")
 # An OTLP request's first field is `resource_logs` (field 1, length-delimited): tag byte 0x0a.
 _PROTOBUF_FIRST_BYTE = b"\n"
+# What else a JSON text may begin with (an array, a string, a number, true, false, null): such a
+# message is read as JSON when it parses as JSON, else as a line of text.
+_OTHER_JSON_STARTS = b'["-0123456789tfn'
+# An array whose first element is an object with a key (or empty): meant as JSON, never a log line.
+_ARRAY_OF_OBJECTS = re.compile(rb'\[\s*\{\s*["}]')
 
 
 class AutoDecoder(Decoder):
@@ -51,8 +64,14 @@ class AutoDecoder(Decoder):
             return self.envelope(message)
         if media_type in PROTOBUF_MEDIA_TYPES:
             return self.otlp(message)
-        if raw.lstrip()[:1] == b"{":
-            return self._json_object(message, raw)
+        text = raw.lstrip()
+        first = text[:1]
+        if first == b"{" or _ARRAY_OF_OBJECTS.match(text, 0, 64):
+            return self._json(message, raw)
+        if first and first in _OTHER_JSON_STARTS:
+            items = self._json(message, raw, text_if_not_json=True)
+            if items is not None:
+                return items
         not_protobuf = None
         if raw[:1] == _PROTOBUF_FIRST_BYTE:
             try:
@@ -69,18 +88,32 @@ class AutoDecoder(Decoder):
             raise
         return self.syslog(message)
 
-    def _json_object(self, message: Message, raw: bytes) -> list[Item]:
+    def _json(self, message: Message, raw: bytes, text_if_not_json: bool = False) -> list[Item] | None:
+        """An object as one event, an array holding objects as a batch of them, any other JSON value
+        as its dead letter. Text that is not JSON: None when `text_if_not_json` (a log line may begin
+        with `[` or a digit), else the envelope's own answer (invalid_json or invalid_utf8)."""
         try:
             value = msgspec.json.decode(raw)
         except msgspec.DecodeError:
-            return self.envelope(message)  # the envelope's own reason: invalid_json or invalid_utf8
+            return None if text_if_not_json else self.envelope(message)
         except RecursionError:
             return [too_deep("JSON")]
-        if isinstance(value, dict) and "resourceLogs" in value:
-            return self.otlp(message)
+        if isinstance(value, dict):
+            return self._event(value, message, self.max_items)
+        if isinstance(value, list):
+            return decode_batch(value, message, self.max_items, self._event)
+        return [not_an_object(value)]
+
+    def _event(self, value: dict, message: Message, max_items: int) -> list[Item]:
+        """One JSON object, `message` holding its bytes: the format its keys say."""
+        if "resourceLogs" in value:
+            try:
+                return decode_request(parse_otlp(message.value), message, max_items)
+            except InvalidRecord as exc:
+                return [exc]
         if is_ves(value):
-            return decode_ves(value, message, self.max_items)
-        if isinstance(value, dict) and all(k in value for k in _ENVELOPE_FIELDS):
+            return decode_ves(value, message, max_items)
+        if all(k in value for k in _ENVELOPE_FIELDS):
             return self.envelope(message)
         if self.json_log.is_log_event(value):
             return self.json_log.decode_event(value, message)
@@ -91,7 +124,7 @@ def decoder_for(name: str, json_log_fields: dict[str, tuple[str, ...]] | None = 
                 max_items: int = MAX_ITEMS_PER_MESSAGE) -> Decoder:
     """The decoder of a format name (`--input-format`; its names are a Literal in the [kafka] settings);
     `max_items`: the items (VES events, OTLP log records) one message may bring to be summarised."""
-    json_log = JsonLogDecoder(json_log_fields)
+    json_log = JsonLogDecoder(json_log_fields, max_items)
     decoders: dict[str, Decoder] = {"auto": AutoDecoder(json_log, max_items), "envelope": EnvelopeDecoder(),
                                     "ves": VesDecoder(max_items), "syslog": SyslogDecoder(), "json-log": json_log,
                                     "otlp": OtlpDecoder(max_items)}

@@ -1,4 +1,5 @@
-"""Log-shipper JSON: Fluent Bit's `out_kafka` and Vector's kafka sink, one event per message.
+"""Log-shipper JSON: Fluent Bit's `out_kafka` and Vector's kafka sink, one event per message, or a
+JSON array of events (their HTTP outputs' batches, relayed to Kafka), each event its own answer.
 
 Fields are found through a field map, role -> candidate keys (first present wins; a dotted key
 such as `host.name` also reads nested objects). The default map covers both shippers' defaults:
@@ -17,8 +18,8 @@ from typing import Any
 
 from worker.facts.bounds import MAX_FACT_LINE_CHARS
 from worker.facts.loglines import parse_line
-from worker.inputs.base import Decoder, Item, Message, kafka_time, parse_json, require_bytes, text_value, \
-    timestamp_text
+from worker.inputs.base import (MAX_ITEMS_PER_MESSAGE, Decoder, Item, Message, decode_batch, kafka_time,
+                                not_an_object, parse_json, require_bytes, text_value, timestamp_text)
 from worker.inputs.syslog import line_record
 from worker.messages import InvalidRecord
 
@@ -86,8 +87,10 @@ class JsonLogDecoder(Decoder):
     name = "json-log"
     windowed = True
 
-    def __init__(self, fields: dict[str, tuple[str, ...]] | None = None) -> None:
+    def __init__(self, fields: dict[str, tuple[str, ...]] | None = None,
+                 max_items: int = MAX_ITEMS_PER_MESSAGE) -> None:
         self.fields = fields or DEFAULT_FIELDS
+        self.max_items = max_items
 
     def field(self, event: dict, role: str) -> Any:
         for key in self.fields[role]:
@@ -101,7 +104,7 @@ class JsonLogDecoder(Decoder):
 
     def decode_event(self, event: Any, message: Message) -> list[Item]:
         if not isinstance(event, dict):
-            return [InvalidRecord("invalid_field", f"a log event is a JSON object; got a JSON {type(event).__name__}")]
+            return [not_an_object(event)]
         raw_message = self.field(event, "message")
         if raw_message is None:
             return [InvalidRecord("invalid_field", f"no message field (tried {', '.join(self.fields['message'])}; "
@@ -130,6 +133,9 @@ class JsonLogDecoder(Decoder):
 
     def __call__(self, message: Message) -> list[Item]:
         try:
-            return self.decode_event(parse_json(require_bytes(message)), message)
+            value = parse_json(require_bytes(message))
         except InvalidRecord as exc:
             return [exc]
+        if isinstance(value, list):  # a batch, as Fluent Bit's and Vector's HTTP outputs send them
+            return decode_batch(value, message, self.max_items, lambda event, part, _: self.decode_event(event, part))
+        return self.decode_event(value, message)
