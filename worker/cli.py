@@ -20,6 +20,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "schemas": ("worker.commands.schemas", "export the JSON Schemas of the message types"),
     "tail": ("worker.commands.tail", "print summaries and dead letters from the output topics"),
     "probe": ("worker.commands.probe", "measure the GPU's bin, KV arena and sequence budgets for a model"),
+    "incidents": ("worker.commands.incidents", "incidents tools: learn the cause->effect graph of alarm types "
+                                               "from an alarm history (incidents learn)"),
 }
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "pack": ("worker.benchmarks.pack", "native dispatcher vs a pure-Python FFD"),

@@ -158,7 +158,8 @@ class IncidentEvent(msgspec.Struct, frozen=True, omit_defaults=True):
     time: str                          # the event time at which this event was decided
     root_cause: RootCause
     summary: str                       # the grounded opening, written from the alarms, never by the model
-    grouping: str                      # "rules+topology", "topology", "rules" or "element+time"
+    grouping: str                      # "rules+topology", "learned+topology", "topology", "rules", "learned"
+                                       # or "element+time"
     elements: list[str]
     counts: dict[str, int]             # alarms per type, repeats included
     alarms: int

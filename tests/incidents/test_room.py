@@ -112,15 +112,25 @@ def test_room_without_topology_or_rules_groups_per_element_and_says_so(make_room
     assert all(e.grouping == "element+time" and "Alertmanager-style" in e.root_cause.reason for e in events)
 
 
-def test_room_topology_only_names_learned_cause_as_root(make_room):
+def test_room_topology_only_learns_the_cause_and_names_it_with_its_evidence(make_room):
     room = make_room(chain("a", "b"))
     history = []
-    for n in range(5):  # PWR comes before FAN in five past incidents
+    for n in range(12):  # PWR on a, then FAN on its neighbour b, in twelve past faults
         history += [Alarm("a", "PWR", n * 10000.0, input=2 * n), Alarm("b", "FAN", n * 10000.0 + 5, input=2 * n + 1)]
-    history += [Alarm("a", "FAN", 90000.0, input=100), Alarm("b", "PWR", 90003.0, input=101)]
+    history += [Alarm("a", "FAN", 200000.0, input=100), Alarm("b", "PWR", 200003.0, input=101)]  # FAN first
     events = play(room, history)
     last = [e for e in events if e.incident_id == owners(events)[100]][-1]
-    assert last.root_cause.alarm_type == "PWR" and last.root_cause.reason.startswith("learned: PWR came before")
+    assert last.root_cause.alarm_type == "PWR" and last.grouping == "learned+topology"
+    assert last.root_cause.reason.startswith("learned: PWR → FAN (strength 1.00, 12 co-occurrences)")
+    assert owners(events)[100] == owners(events)[101]
+
+
+def test_room_learning_nothing_names_the_earliest_alarm(make_room):
+    room = make_room(chain("a", "b"))
+    events = play(room, [Alarm("a", "FAN", 0.0, input=0), Alarm("b", "PWR", 3.0, input=1)])
+    last = [e for e in events if e.incident_id == owners(events)[0]][-1]
+    assert last.root_cause.alarm_type == "FAN" and last.root_cause.reason.startswith("earliest alarm")
+    assert last.grouping == "topology"
 
 
 def random_stream(seed: int, n: int = 300) -> list[Alarm]:

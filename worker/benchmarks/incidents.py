@@ -48,6 +48,11 @@ SWEEP_FIGURES = ("incidents", "alarms_per_incident", "coherence", "root_cause_pr
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--offline", action="store_true", help="replay through the room in-process")
+    parser.add_argument("--learn", action="store_true",
+                        help="learn the cause graph from the history outside the busiest 2 h, replay those 2 h with "
+                             "it, side by side with TTPM and the baselines (incidents_learn.py)")
+    parser.add_argument("--ttpm", action="store_true",
+                        help="--learn: run gCastle's TTPM here (slow; needs gcastle) instead of quoting its committed result")
     parser.add_argument("--broker", metavar="HOST:PORT", default=None,
                         help="replay through this broker and a telesum worker --incident-only (incidents_broker.py)")
     parser.add_argument("--hours", type=float, default=6.0, help="--broker: the busiest hours replayed paced")
@@ -269,8 +274,13 @@ def run(args: argparse.Namespace) -> int:
         from worker.benchmarks.incidents_broker_report import run_broker
 
         return run_broker(args, figures, load_alarms)
+    if args.learn:
+        from worker.benchmarks.incidents_learn import run_learn
+
+        return run_learn(args, figures, load_alarms, replay)
     if not args.offline:
-        print("choose --offline (in-process) or --broker HOST:PORT (through a real broker and worker)", file=sys.stderr)
+        print("choose --offline (in-process), --learn (a learned cause graph) or --broker HOST:PORT (through a real "
+              "broker and worker)", file=sys.stderr)
         return 2
     load_before = os.getloadavg()[0]
     rows = load_alarms(args.data, args.limit)

@@ -23,8 +23,11 @@ class RoomConfig:
       Alarms that never clear (many sources send no clears) are taken as standing until silent this
       long: shorter, and a standing alarm's periodic repeats keep opening new incidents.
     - `update_interval_s` 10 s: updates are batched, one per incident at most this often.
-    - `learn_causes`: with no rules file, name as root the type that most often came first in past
-      incidents (`learn.py`); off: the earliest alarm.
+    - `learn_causes`: with no rules file, learn the cause→effect graph from the alarms the room sees
+      (`learn.py`) and group and name roots by it as by rules; off: the earliest alarm.
+    - `learned_rules`: a graph learned before (`telesum incidents learn`) to start from; live learning
+      adds to it.
+    - `extend_rules`: with the operator's rules, learned edges may add to them (never override one).
     """
 
     topology: Topology | None = None
@@ -36,6 +39,8 @@ class RoomConfig:
     idle_s: float = 3600.0
     update_interval_s: float = 10.0
     learn_causes: bool = True
+    learned_rules: CauseRules | None = None
+    extend_rules: bool = False
 
     def __post_init__(self) -> None:
         if self.late_s < 0 or self.window_s <= 0 or self.idle_s <= 0 or self.update_interval_s < 0:
@@ -44,8 +49,14 @@ class RoomConfig:
             raise ValueError("link_hops must be at least 1 and max_hops at least link_hops")
 
     @property
+    def learns(self) -> bool:
+        """Whether the room keeps learning the cause graph from its alarms."""
+        return self.learn_causes and (self.rules is None or self.extend_rules)
+
+    @property
     def grouping(self) -> str:
-        """How alarms are grouped, as the events say it."""
+        """How alarms are grouped by the operator's files, as the events say it (the room says "learned"
+        instead once learned rules are in use)."""
         if self.topology is not None and self.rules is not None:
             return "rules+topology"
         if self.topology is not None:
@@ -61,4 +72,6 @@ class RoomConfig:
                    rules=load_rules(settings.rules) if settings.rules else None,
                    late_s=settings.late_s, window_s=settings.window_s, link_hops=settings.link_hops,
                    max_hops=settings.max_hops, idle_s=settings.idle_s,
-                   update_interval_s=settings.update_interval_s, learn_causes=settings.learn_causes)
+                   update_interval_s=settings.update_interval_s, learn_causes=settings.learn_causes,
+                   learned_rules=load_rules(settings.learned_rules) if settings.learned_rules else None,
+                   extend_rules=settings.extend_rules)

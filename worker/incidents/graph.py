@@ -161,13 +161,16 @@ def load_rules(path: str | Path) -> CauseRules:
 
 def _csv_pairs(path: Path, header: tuple[str, str]) -> list[tuple[str, str]]:
     pairs = []
+    first = True  # the header is optional, on the first line that is not a comment
     with path.open(newline="") as handle:
         for number, row in enumerate(csv.reader(handle), 1):
             cells = [c.strip() for c in row]
             if not cells or not any(cells) or cells[0].startswith("#"):
                 continue
-            if number == 1 and tuple(c.lower() for c in cells[:2]) == header:
+            if first and tuple(c.lower() for c in cells[:2]) == header:
+                first = False
                 continue
+            first = False
             if len(cells) < 2 or not cells[0] or not cells[1]:
                 raise GraphFileError(f"{path} line {number}: expected two names, got {row!r}")
             pairs.append((cells[0], cells[1]))

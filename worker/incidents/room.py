@@ -45,12 +45,17 @@ from worker.incidents.alarms import Alarm, AlarmState
 from worker.incidents.config import RoomConfig
 from worker.incidents.correlate import CAUSE, Grouping
 from worker.incidents.incident import Incident, State
-from worker.incidents.learn import PrecedenceStats
+from worker.incidents.learn import CauseLearner, LearnedEdge, LearnedGraph
 from worker.incidents.root_cause import choose_root
 from worker.incidents.text import build_event
 from worker.messages import IncidentEvent, IncidentEventKind
 
 _IDLE, _UPDATE = 0, 1
+# How often the learned graph is read again: every RELEARN_EVERY alarms observed or RELEARN_S of event
+# time, whichever comes first. Reading it is a pass over the type pairs, so not per alarm; this often, a
+# new network's graph forms within its first storm.
+RELEARN_EVERY = 500
+RELEARN_S = 60.0
 
 
 class IncidentRoom:
@@ -60,7 +65,13 @@ class IncidentRoom:
         self.config = config or RoomConfig()
         self.grouping = Grouping(self.config)
         self.state = AlarmState()
-        self.learned = PrecedenceStats() if self.config.rules is None and self.config.learn_causes else None
+        self.learner = CauseLearner(self.config.topology) if self.config.learns else None
+        self.graph: LearnedGraph | None = None   # the learned edges in use, with their evidence
+        self.rules = self.config.rules            # the rules in use: the operator's, learned, or both
+        self._rules_version = 0
+        self._relearned_at = float("-inf")   # event time of the last reading
+        if self.learner is not None or self.config.learned_rules is not None:
+            self.relearn()
         self.clock = float("-inf")
         self._order = itertools.count()
         self._waiting: list[tuple[float, int, Alarm]] = []     # (time, arrival, alarm): the late-alarm wait
@@ -110,6 +121,25 @@ class IncidentRoom:
             self._resolve(incident)
         return events + self._take()
 
+    def relearn(self, edges: list[LearnedEdge] | None = None) -> None:
+        """Read the learned graph again (or take `edges`, a restored room's) and group and name roots by
+        it from now on."""
+        base = self.config.rules if self.config.rules is not None else self.config.learned_rules
+        if edges is None:
+            edges = self.learner.edges() if self.learner is not None else []
+        self.graph = LearnedGraph(base, edges)
+        self.rules = self.graph.rules
+        self.grouping.rules = self.rules
+        self._rules_version += 1
+
+    @property
+    def grouping_name(self) -> str:
+        """How alarms are grouped, as the events say it: the configuration's, or "learned" once learned
+        rules are in use without the operator's."""
+        if self.config.rules is None and self.rules is not None and len(self.rules):
+            return "learned+topology" if self.config.topology is not None else "learned"
+        return self.config.grouping
+
     def take_settled(self) -> list[Any]:
         """Inputs placed since the last call that belong to no incident (clears of alarms the room
         does not know): nothing will list them, so they count as covered."""
@@ -121,7 +151,7 @@ class IncidentRoom:
         out = []
         for incident in self._open.values():
             root, reason = self._root(incident)
-            out.append(build_event(incident, root, reason, self.config.grouping, "update", [], [],
+            out.append(build_event(incident, root, reason, self.grouping_name, "update", [], [],
                                    self.clock))
         return out
 
@@ -134,7 +164,7 @@ class IncidentRoom:
             return None
         root, reason = self._root(incident)
         incident.sequence += 1
-        return build_event(incident, root, reason, self.config.grouping, "update", [], [], self.clock,
+        return build_event(incident, root, reason, self.grouping_name, "update", [], [], self.clock,
                            model_summary=model_summary.strip())
 
     def retained_inputs(self) -> Iterator[Any]:
@@ -183,6 +213,11 @@ class IncidentRoom:
                 self._emit(incident, "update")
 
     def _place(self, alarm: Alarm) -> None:
+        if self.learner is not None and not alarm.cleared:
+            self.learner.observe(alarm.element, alarm.alarm_type, alarm.time)
+            if self.learner.observed % RELEARN_EVERY == 0 or alarm.time >= self._relearned_at + RELEARN_S:
+                self.relearn()
+                self._relearned_at = alarm.time
         standing, is_new = self.state.apply(alarm)
         if standing is None:  # a clear of an alarm the room does not know
             self._settled.append(alarm.input)
@@ -208,8 +243,6 @@ class IncidentRoom:
         incident = best.incident
         if best.relation == CAUSE:
             self._reanchor(incident, alarm)
-        if self.learned is not None and alarm.alarm_type not in incident.counts:
-            self.learned.observe(alarm.alarm_type, alarm.time, {t: a.time for t, a in incident.first_of_type.items()})
         incident.add(alarm, standing, best.hops)
         if self.grouping.is_link(alarm, best):
             incident.last_link_time = max(incident.last_link_time, alarm.time)
@@ -278,23 +311,22 @@ class IncidentRoom:
         heapq.heappush(self._timers, (due, next(self._order), kind, incident.incident_id))
 
     def _root(self, incident: Incident) -> tuple[Alarm, str]:
-        """The root as `choose_root` names it; without learned statistics it depends on the incident
-        alone, so it is chosen again only when its types, standing alarms, elements or anchor changed."""
-        shape = incident.shape if self.learned is None else None
-        if shape is not None and incident.root_memo is not None and incident.root_memo[0] == shape:
+        """The root as `choose_root` names it; it depends on the incident and the rules in use alone, so
+        it is chosen again only when its types, standing alarms, elements or anchor or the rules changed."""
+        shape = (incident.shape, self._rules_version)
+        if incident.root_memo is not None and incident.root_memo[0] == shape:
             return incident.root_memo[1], incident.root_memo[2]
-        root, reason = choose_root(incident, self.config.rules, self.config.topology, self.config.max_hops,
-                                   self.learned)
-        if self.config.grouping == "element+time":
+        root, reason = choose_root(incident, self.rules, self.config.topology, self.config.max_hops,
+                                   self.graph)
+        if self.grouping_name == "element+time":
             reason += "; no topology and no rules: grouped per element and time (Alertmanager-style)"
-        if shape is not None:
-            incident.root_memo = (shape, root, reason)
+        incident.root_memo = (shape, root, reason)
         return root, reason
 
     def _emit(self, incident: Incident, kind: IncidentEventKind, merged_into: str | None = None) -> None:
         root, reason = self._root(incident)
         inputs, absorbed = incident.take_pending(self.clock)
-        self._events.append(build_event(incident, root, reason, self.config.grouping, kind, inputs, absorbed,
+        self._events.append(build_event(incident, root, reason, self.grouping_name, kind, inputs, absorbed,
                                         self.clock, merged_into))
 
     def _take(self) -> list[IncidentEvent]:

@@ -2,7 +2,7 @@
 
 `snapshot(room)` after the room was given every input up to offset X (and its events were taken);
 `restore(config, data)` gives a room that goes on from X exactly as the first would have: the same
-incidents, standing alarms, waiting alarms, pending inputs, event sequences and learned statistics;
+incidents, standing alarms, waiting alarms, pending inputs, event sequences and the cause learner's counts (the learned graph);
 the timers are re-armed from the incidents. Not in it: the inputs of open incidents already sent
 (`retained_inputs` after a restore lists only what came since; it serves the recompute fallback,
 which does not use snapshots), so its size follows the open incidents, not their history. Inputs must be MessagePack-encodable (dicts, lists,
@@ -21,9 +21,12 @@ import msgspec
 from worker.incidents.alarms import Alarm, StandingAlarm
 from worker.incidents.config import RoomConfig
 from worker.incidents.incident import Incident
+from worker.incidents.learn import LearnedEdge, LearnerState
 from worker.incidents.room import _IDLE, IncidentRoom
 
-VERSION = 1
+VERSION = 2
+# Version 1 held precedence counts of another kind: it restores without them (learning starts over).
+_READS = (1, 2)
 
 
 class _IncidentState(msgspec.Struct, array_like=True):
@@ -44,6 +47,11 @@ class _IncidentState(msgspec.Struct, array_like=True):
     dirty: bool
 
 
+class _Learned(msgspec.Struct, array_like=True):
+    learner: LearnerState
+    in_use: list[tuple[str, str, float, int, int, float, float]]  # the edges the room used (LearnedEdge)
+
+
 class _RoomState(msgspec.Struct, array_like=True):
     version: int
     clock: float
@@ -51,7 +59,7 @@ class _RoomState(msgspec.Struct, array_like=True):
     waiting: list[tuple[float, int, Alarm]]
     incidents: list[_IncidentState]
     owners: list[tuple[str, str, str]]          # element, alarm type, incident id
-    learned: list[tuple[str, str, int]] | None  # u, v, times u came first
+    learned: Any                                # _Learned (version 2) or None
     settled: list[Any]
     counters: tuple[int, int, int]              # alarms in, incidents opened, incidents merged
 
@@ -65,7 +73,11 @@ def snapshot(room: IncidentRoom) -> bytes:
         list(i.keys.values()), i.alarms, dict(i.first_of_type), list(i.pending), list(i.absorbed),
         i.sequence, i.last_event_time, i.dirty) for i in room._open.values()]
     owners = [(key[0], key[1], incident.incident_id) for key, incident in room._owner.items()]
-    learned = None if room.learned is None else [(u, v, n) for (u, v), n in room.learned.before.items()]
+    learned = None
+    if room.learner is not None:
+        in_use = [(e.cause, e.effect, e.strength, e.cooccurrences, e.chance, e.lift, e.z)
+                  for e in (room.graph.edges.values() if room.graph is not None else ())]
+        learned = _Learned(room.learner.state(), in_use)
     state = _RoomState(VERSION, room.clock, order, list(room._waiting), incidents, owners, learned,
                        list(room._settled), (room.alarms_in, room.incidents_opened, room.incidents_merged))
     return msgspec.msgpack.encode(state)
@@ -78,8 +90,8 @@ def restore(config: RoomConfig, data: bytes) -> IncidentRoom:
         state = msgspec.msgpack.decode(data, type=_RoomState)
     except msgspec.DecodeError as exc:
         raise ValueError(f"not an incidents room snapshot: {exc}") from None
-    if state.version != VERSION:
-        raise ValueError(f"incidents room snapshot version {state.version}, this worker reads {VERSION}")
+    if state.version not in _READS:
+        raise ValueError(f"incidents room snapshot version {state.version}, this worker reads {_READS}")
     room = IncidentRoom(config)
     room.clock = state.clock
     room._order = itertools.count(state.order)
@@ -101,8 +113,10 @@ def restore(config: RoomConfig, data: bytes) -> IncidentRoom:
         room._arm(incident.last_time + config.idle_s, _IDLE, incident)
         if incident.dirty:
             room._changed(incident)
-    if room.learned is not None and state.learned:
-        room.learned.before.update({(u, v): n for u, v, n in state.learned})
+    if room.learner is not None and state.version >= 2 and state.learned is not None:
+        learned = msgspec.convert(state.learned, _Learned)
+        room.learner.load(learned.learner)
+        room.relearn([LearnedEdge(*e) for e in learned.in_use])  # the graph it used, not one read anew
     room._settled = list(state.settled)
     room.alarms_in, room.incidents_opened, room.incidents_merged = state.counters
     return room

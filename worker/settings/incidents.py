@@ -55,10 +55,17 @@ class IncidentSettings(MaskedRepr, msgspec.Struct, frozen=True, kw_only=True, fo
                                    "each new incident's text, at most this many at once (more are dropped, counted), "
                                    "and send it as an update with model_summary when the model writes beyond the "
                                    "grounded opening (0: off)", flag="incident-follow-ups", ge=0, le=1024)] = 4
-    learn_causes: Annotated[bool, opt("TELESUM_INCIDENT_LEARN_CAUSES", "without rules, name as root cause the "
-                                                                       "type that most often came first in past "
-                                                                       "incidents (off: the earliest alarm)",
-                                      flag="incident-learn-causes")] = True
+    learn_causes: Annotated[bool, opt("TELESUM_INCIDENT_LEARN_CAUSES", "without rules, learn the cause->effect "
+                                                                       "graph from the alarms seen and group and "
+                                                                       "name root causes by it (off: the earliest "
+                                                                       "alarm)", flag="incident-learn-causes")] = True
+    learned_rules: Annotated[str | None, opt("TELESUM_INCIDENT_LEARNED_RULES",
+                                             "a cause graph learned before (telesum incidents learn -o FILE) to "
+                                             "start from; live learning adds to it", flag="incident-learned-rules")] = None
+    extend_rules: Annotated[bool, opt("TELESUM_INCIDENT_EXTEND_RULES", "with a rules file, also learn from the "
+                                                                       "alarms and add learned edges to the rules "
+                                                                       "(never overriding one)",
+                                      flag="incident-extend-rules")] = False
 
     def __post_init__(self) -> None:
         if self.topic is not None and not self.topic.strip():
