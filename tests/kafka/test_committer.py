@@ -21,9 +21,11 @@ A, B = TopicPartition("in", 0), TopicPartition("in", 1)
 class CommittingConsumer:
     def __init__(self) -> None:
         self.commits: list[dict[TopicPartition, int]] = []
+        self.metadata: list[dict[TopicPartition, str]] = []
 
-    def commit(self, offsets) -> None:
+    def commit(self, offsets, metadata=None) -> None:
         self.commits.append(dict(offsets))
+        self.metadata.append(dict(metadata or {}))
 
 
 def _committer(**settings) -> tuple[Committer, CommittingConsumer, OffsetTracker, WorkerStats]:

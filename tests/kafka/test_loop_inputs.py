@@ -14,8 +14,6 @@ from kafka import KafkaConsumer, TopicPartition
 from tests.kafka.fakes import FAKE_IN_FLIGHT, GatedSummarizer, run_in_thread, wait_for
 from tests.kafka.helpers import committed_offset, consume, produce, worker_settings
 from worker.kafka.loop import KafkaWorker
-from worker.kafka.publish import Request, RequestId, TransactionalPublisher
-from worker.kafka.records import Source
 
 pytestmark = pytest.mark.kafka
 
@@ -105,13 +103,3 @@ def test_loop_open_windows_are_answered_in_the_drain(kafka_bootstrap, make_topic
     assert len(got) == 1 and msgspec.json.decode(got[0].value)["id"] == f"gnb-1@{inp}:0:0-4"
     assert worker.counts.drained_cleanly
     assert committed_offset(kafka_bootstrap, settings.group_id, TopicPartition(inp, 0)) == 5
-
-
-def test_unsplit_moves_a_commit_back_to_the_first_offset_of_a_staged_window():
-    tp = TopicPartition("in", 0)
-    publisher = TransactionalPublisher(producer=None, answers=None)  # type: ignore[arg-type]
-    window = Request(RequestId(tp, 9, 1, 0), Source("in", 0, 3, None), b"", "w", "summary", covers=(3, 5, 9))
-    publisher.stage(window, None)  # type: ignore[arg-type]
-    assert publisher.unsplit({tp: 7}) == {tp: 3}    # 7 falls inside 3..9: the window commits whole later
-    assert publisher.unsplit({tp: 10}) == {tp: 10}  # past its last offset: it commits with the window
-    assert publisher.unsplit({tp: 3}) == {tp: 3}

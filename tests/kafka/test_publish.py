@@ -108,7 +108,7 @@ def test_transaction_stuck_after_a_broker_restart_reopens_the_producer_and_retri
         def send(self, topic, key, value, headers, on_error):
             self.calls.append("send")
 
-        def send_offsets(self, offsets, group_metadata):
+        def send_offsets(self, offsets, group_metadata, metadata=None):
             if self.stuck:
                 raise TransactionStuck("the transaction's send_offsets got no answer in 60000 ms")
             self.calls.append(f"offsets {offsets}")

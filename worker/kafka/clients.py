@@ -178,9 +178,16 @@ class Consumer:
     def paused(self) -> set[TopicPartition]:
         return set(self.client.paused())
 
-    def commit(self, offsets: dict[TopicPartition, int]) -> None:
-        """Commit `offsets` (the next offset to read per partition). Blocks; never from a listener."""
-        self.client.commit({tp: OffsetAndMetadata(off, "", -1) for tp, off in offsets.items()})
+    def commit(self, offsets: dict[TopicPartition, int], metadata: dict[TopicPartition, str] | None = None) -> None:
+        """Commit `offsets` (the next offset to read per partition), each with its metadata if any.
+        Blocks; never from a listener."""
+        metadata = metadata or {}
+        self.client.commit({tp: OffsetAndMetadata(off, metadata.get(tp, ""), -1) for tp, off in offsets.items()})
+
+    def committed_metadata(self, tp: TopicPartition) -> str | None:
+        """The metadata of `tp`'s committed offset (None: nothing committed). Blocks; never from a listener."""
+        committed = self.client.committed(tp, metadata=True)
+        return committed.metadata if committed is not None else None
 
     def close(self) -> None:
         """Leave the group without committing anything more."""

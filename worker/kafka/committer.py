@@ -1,12 +1,15 @@
 """Answers from ready to committed: the poll loop hands each answer here, and the Committer
 publishes it, marks the offsets it covers done and commits the done prefixes.
 
-At-least-once: an answer is published at once (`AckPublisher`); its offsets are done when the broker
-acknowledged it; done prefixes are committed every commit_interval_s. Exactly-once: an answer is done
-when it is ready; a batch (closed after transaction_max_records answers or commit_interval_s)
-publishes the answers of the done prefixes and commits those offsets in one transaction
-(`TransactionalPublisher`), so a read-committed consumer sees each answer once however often the
-worker dies. Only from the poll-loop thread.
+No answer waits on a slower input of its partition. At-least-once: an answer is published at once
+(`AckPublisher`); its offsets are done when the broker acknowledged it; every commit_interval_s each
+partition's done prefix is committed, with the inputs acknowledged above it listed in the commit's
+metadata (`answered.py`). Exactly-once: an answer is done when it is ready; a batch (closed after
+transaction_max_records answers or commit_interval_s) publishes every ready answer whose inputs are
+complete, and commits the done prefixes with the list of the inputs answered above them, in one
+transaction (`TransactionalPublisher`); whoever reads the partition next skips the listed inputs, so a
+read-committed consumer sees each answer once however often the worker dies. Only from the poll-loop
+thread.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import time
 from kafka import TopicPartition
 from kafka.errors import KafkaError
 
+from worker.kafka.answered import Listed, Settlement, settle
 from worker.kafka.clients import Consumer, Producer
 from worker.kafka.offsets import OffsetTracker
 from worker.kafka.publish import AckPublisher, Answers, Request, RequestId, TransactionalPublisher
@@ -38,6 +42,12 @@ class Committer:
         self.publisher = AckPublisher(producer, answers)
         self.transactions = TransactionalPublisher(producer, answers) if settings.exactly_once else None
         self._last_commit = 0.0
+        # What the last commit of each partition listed as answered above its offset, and its metadata.
+        self._listed: dict[TopicPartition, frozenset[int]] = {}
+        self._metadata: dict[TopicPartition, str] = {}
+        self.aborted = False      # exactly-once: the last transaction was aborted; its answers wait for the next
+        self.held_back = 0        # answers ready but held back at the last commit (the metadata's bound)
+        self._answered = 0        # exactly-once: answers staged since the last commit
 
     @property
     def busy(self) -> bool:
@@ -62,6 +72,7 @@ class Committer:
             return
         if self._mark_done(request):
             self.transactions.stage(request, output)
+            self._answered += 1
         else:
             self.stats.stale_dropped += 1
 
@@ -69,6 +80,18 @@ class Committer:
         """Drop staged answers of partitions this member no longer reads from where it was."""
         if self.transactions is not None:
             self.transactions.drop(gone)
+        for tp in gone:
+            self._listed.pop(tp, None)
+            self._metadata.pop(tp, None)
+
+    def restore(self, tp: TopicPartition, listed: Listed | None) -> None:
+        """`tp` was just assigned; its committed metadata lists `listed` as answered: skipped when
+        they come (the loop asks `tracker.was_answered`), and listed by every commit until the
+        offset passes them."""
+        self.tracker.restore(tp, listed)
+        self._listed[tp] = frozenset(o for o in range(listed.start, listed.start + len(listed.bits) * 8)
+                                     if o in listed) if listed is not None else frozenset()
+        self._metadata.pop(tp, None)
 
     def handle_acks(self) -> None:
         for request, _ in self.publisher.poll(self._is_current):
@@ -91,34 +114,53 @@ class Committer:
         now = time.monotonic()
         due = now - self._last_commit >= self.settings.commit_interval_s
         if self.transactions is not None:
-            due = due or self.transactions.staged >= self.settings.transaction_max_records
+            due = due or self._answered >= self.settings.transaction_max_records
         if not force and not due:
             return
-        self._last_commit = now
+        self._last_commit, self._answered = now, 0
         # Never for partitions being revoked: once this member rejoined, its generation is current
         # and the broker would take the commit, while the new owner may already have read the old
         # offset and replays (in exactly-once, duplicates a read-committed consumer sees).
-        offsets = {tp: o for tp, o in self.tracker.committable().items() if tp not in revoking}
-        if not offsets:
+        staged = self.transactions.covers() if self.transactions is not None else {}
+        settlements: dict[TopicPartition, Settlement] = {}
+        held = 0
+        for tp in self.tracker.partitions() - revoking:
+            next_commit, pending, done = self.tracker.view(tp)
+            found = settle(next_commit, pending, done.__contains__, staged.get(tp, {}), self._listed.get(tp, ()))
+            if found is None:
+                continue
+            held += found.held_back
+            if found.publish or found.position != self.tracker.committed_position(tp) \
+                    or found.metadata != self._metadata.get(tp):
+                settlements[tp] = found
+        self.held_back = held
+        if not settlements:
             return
+        offsets = {tp: s.position for tp, s in settlements.items()}
+        metadata = {tp: s.metadata for tp, s in settlements.items()}
         if self.transactions is not None:
-            self._commit_transaction(self.transactions.unsplit(offsets))
-            return
-        try:
-            self.consumer.commit(offsets)
-        except KafkaError as exc:  # e.g. a rebalance is under way: the next round commits again
-            log.warning("commit of %s failed: %s", offsets, exc)
+            self._commit_transaction(offsets, metadata, [rid for s in settlements.values() for rid in s.publish])
+        else:
+            try:
+                self.consumer.commit(offsets, metadata)
+            except KafkaError as exc:  # e.g. a rebalance is under way: the next round commits again
+                log.warning("commit of %s failed: %s", offsets, exc)
+                return
+            self.stats.commits += 1
+        if self.aborted:
             return
         self.tracker.committed(offsets)
-        self.stats.commits += 1
+        for tp, found in settlements.items():
+            self._listed[tp], self._metadata[tp] = found.listed, found.metadata
 
-    def _commit_transaction(self, offsets: dict[TopicPartition, int]) -> None:
+    def _commit_transaction(self, offsets: dict[TopicPartition, int], metadata: dict[TopicPartition, str],
+                            publish: list[RequestId]) -> None:
         assert self.transactions is not None
-        published = self.transactions.commit(offsets, self.consumer.group_metadata())
+        published = self.transactions.commit(offsets, self.consumer.group_metadata(), metadata, publish)
         self.stats.transactions, self.stats.aborts = self.transactions.transactions, self.transactions.aborts
+        self.aborted = published is None
         if published is None:  # aborted: the same answers go into the next transaction
             return
-        self.tracker.committed(offsets)
         self.stats.commits += 1
         for request, _ in published:
             self._count(request)

@@ -17,9 +17,11 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from kafka import TopicPartition
+from kafka.errors import KafkaError
 
 from worker.dispatch import Backpressure
-from worker.kafka.clients import Consumer, Producer
+from worker.kafka.answered import Listed
+from worker.kafka.clients import BROKER_OUTAGE_S, Consumer, Producer
 from worker.kafka.committer import Committer
 from worker.kafka.intake import Intake, Pending, internal_error
 from worker.kafka.offsets import OffsetTracker
@@ -58,6 +60,7 @@ class WorkerStats:
     commits: int = 0
     backpressure_pauses: int = 0
     transactions: int = 0      # exactly-once: committed transactions
+    answered_before: int = 0   # inputs skipped on replay: a commit listed them as answered already
     aborts: int = 0            # exactly-once: aborted (and retried) transactions
     drained_cleanly: bool = False
     reasons: dict[str, int] = field(default_factory=dict)
@@ -134,6 +137,7 @@ class KafkaWorker:
         self._in_summarizer: dict[RequestId, Pending] = {}
         self._paused_by_us = False
         self._revoking: set[TopicPartition] = set()
+        self._restoring: set[TopicPartition] = set()  # assigned: read what their last commit lists first
 
     # ---- rebalance callbacks: run inside consumer.poll(); no blocking calls here ----
     # kafka-python keeps a partition's position (and paused flag) when a rebalance hands it back to
@@ -146,6 +150,7 @@ class KafkaWorker:
         self._settle_revocations(partitions)
         for tp in partitions - self.tracker.partitions():
             self.tracker.assign(tp)
+            self._restoring.add(tp)
         log.info("assigned %s", sorted(map(tuple, partitions)))
 
     def _settle_revocations(self, assigned: set[TopicPartition]) -> None:
@@ -187,6 +192,7 @@ class KafkaWorker:
         messages = self.consumer.poll(timeout_ms)
         if self._revoking and self.consumer.is_stable():  # a revoke with no assignment after it
             self._settle_revocations(self.consumer.assignment())
+        self._restore_assigned()
         for msg in messages:
             self._accept(msg)
         self.intake.close_due_windows()
@@ -244,11 +250,35 @@ class KafkaWorker:
         self.committer.flush(max(0.0, deadline - time.monotonic()))
         self.committer.handle_acks()
         self.committer.maybe_commit(force=True, revoking=self._revoking)
-        while self.committer.staged and time.monotonic() < deadline:
+        while self.committer.aborted and time.monotonic() < deadline:
             time.sleep(0.1)  # an aborted last transaction: try again while the deadline allows
             self.committer.maybe_commit(force=True, revoking=self._revoking)
         self.counts.drained_cleanly = not (self._in_summarizer or self.committer.busy or self.committer.staged)
         log.info("drained (%s): %s", "clean" if self.counts.drained_cleanly else "deadline hit", self.counts)
+
+    def _restore_assigned(self) -> None:
+        """Newly assigned partitions: the inputs their last commit lists as answered above its offset
+        are skipped when they come (`answered.py`). Blocks (a committed-offset fetch per partition)."""
+        for tp in sorted(self._restoring & set(self.tracker.partitions())):
+            self._restore(tp)
+        self._restoring.clear()
+
+    def _restore(self, tp: TopicPartition) -> None:
+        deadline = time.monotonic() + BROKER_OUTAGE_S
+        while True:
+            try:
+                listed = Listed.from_metadata(self.consumer.committed_metadata(tp))
+                break
+            except KafkaError as exc:  # e.g. the coordinator moving: without the list, answers could repeat
+                if time.monotonic() > deadline:
+                    raise
+                log.warning("%s[%d]: reading the committed metadata failed (%s); retrying", tp.topic,
+                            tp.partition, exc)
+                time.sleep(0.5)
+        self.committer.restore(tp, listed)
+        if listed is not None:
+            log.info("%s[%d]: %d inputs from offset %d on were answered before: skipped", tp.topic, tp.partition,
+                     len(listed), listed.start)
 
     def _accept(self, msg) -> None:
         tp = TopicPartition(msg.topic, msg.partition)
@@ -259,6 +289,13 @@ class KafkaWorker:
             self.tracker.revoke(tp)
             self.tracker.assign(tp)
             self._forget({tp})
+            self._restore(tp)
+        if self.tracker.was_answered(tp, msg.offset):  # its answers are out: done, not answered again
+            epoch = self.tracker.track(tp, msg.offset)
+            self.tracker.mark_done(tp, msg.offset, epoch)
+            self.counts.consumed += 1
+            self.counts.answered_before += 1
+            return
         items = self.intake.decode(msg)
         epoch = self.tracker.track(tp, msg.offset, parts=len(items))
         self.counts.consumed += 1

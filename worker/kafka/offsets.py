@@ -1,4 +1,5 @@
-"""Which offsets may be committed: the contiguous prefix of records whose output the broker acknowledged."""
+"""Which offsets may be committed: the contiguous prefix of records whose output the broker acknowledged;
+and, above it, which inputs a restored partition skips because their answers were already published."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from kafka import TopicPartition
+
+from worker.kafka.answered import Listed
 
 
 @dataclass
@@ -16,6 +19,7 @@ class _PartitionState:
     parts: dict[int, int] = field(default_factory=dict)  # offsets answered in several parts: parts still due
     next_commit: int | None = None                       # the commit position once the prefix advances
     committed: int | None = None                         # last position committed
+    answered: Listed | None = None                       # restored: inputs answered before, not to answer again
 
 
 class OffsetTracker:
@@ -31,9 +35,11 @@ class OffsetTracker:
          (the last done offset + 1), only where it moved since the last commit.
       5. commit those offsets with the consumer, then `committed(offsets)`.
     Exactly-once changes steps 2-3 and 5: `mark_done` as soon as the answer is ready; one transaction
-    publishes the answers of the offsets below `committable()` and commits those offsets
-    (`send_offsets_to_transaction`); `committed(offsets)` once it committed (an aborted one is
-    simply retried: the offsets stay committable and the answers stay staged).
+    publishes the ready answers and commits the offsets with the list of inputs answered above them
+    (`answered.settle` over `view(tp)`; `send_offsets_to_transaction`); `committed(offsets)` once it
+    committed (an aborted one is simply retried: the offsets stay committable and the answers stay staged).
+    Both guarantees commit that list (`answered.Listed`); a partition newly assigned is `restore`d from
+    its committed list, and an input it names is tracked and marked done without being answered again.
     A partition's `epoch` changes when it is revoked or assigned: acknowledgements and results
     that belong to an older epoch are ignored (the partition's new owner replays that work).
     Only from the poll-loop thread.
@@ -75,6 +81,27 @@ class OffsetTracker:
         if parts > 1:
             state.parts[offset] = parts
         return state.epoch
+
+    def restore(self, tp: TopicPartition, answered: Listed | None) -> None:
+        """The inputs of `tp` at or above its committed offset whose answers were published already."""
+        state = self._parts.get(tp)
+        if state is not None:
+            state.answered = answered
+
+    def was_answered(self, tp: TopicPartition, offset: int) -> bool:
+        """True when `offset`'s answers were published before this assignment (restored from the commit)."""
+        state = self._parts.get(tp)
+        return state is not None and state.answered is not None and offset in state.answered
+
+    def view(self, tp: TopicPartition) -> tuple[int | None, tuple[int, ...], set[int]]:
+        """(offset after the complete prefix or None, the tracked offsets from there on, those of them
+        complete): what `answered.settle` needs. Only read the set."""
+        state = self._parts[tp]
+        return state.next_commit, tuple(state.pending), state.done
+
+    def committed_position(self, tp: TopicPartition) -> int | None:
+        state = self._parts.get(tp)
+        return state.committed if state is not None else None
 
     def last_tracked(self, tp: TopicPartition, default: int) -> int:
         """The highest offset tracked for `tp` in this epoch (done or not), else `default`."""

@@ -9,7 +9,8 @@ Two publishers, one per processing guarantee:
   - `AckPublisher` (at-least-once): sends at once; `poll()` returns the acknowledged requests,
     retries retriable failures after a backoff, and replaces too-large outputs.
   - `TransactionalPublisher` (exactly-once): `stage()` holds answers; `commit()` publishes the
-    answers of the offsets being committed and those offsets in one transaction.
+    answers the Committer names (`answered.settle`) and the offsets, with the metadata listing the
+    inputs answered above them, in one transaction.
 Only from the poll-loop thread (the producer's I/O thread only fills `AckPublisher._acks`).
 """
 
@@ -177,32 +178,32 @@ class TransactionalPublisher:
         """Forget staged answers of partitions this member lost (their new owner answers them)."""
         self._staged = {rid: v for rid, v in self._staged.items() if rid.tp not in partitions}
 
-    def unsplit(self, offsets: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
-        """`offsets` moved back where one would fall inside a staged log window (after its first
-        offset, at or before its last): that window's answer and all its offsets commit together."""
-        offsets = dict(offsets)
-        moved = True
-        while moved:
-            moved = False
-            for rid, (request, _) in self._staged.items():
-                if request.covers and rid.tp in offsets and min(request.covers) < offsets[rid.tp] <= rid.offset:
-                    offsets[rid.tp] = min(request.covers)
-                    moved = True
-        return offsets
+    def covers(self) -> dict[TopicPartition, dict[RequestId, tuple[int, ...]]]:
+        """Per partition, each staged answer and the offsets it covers."""
+        out: dict[TopicPartition, dict[RequestId, tuple[int, ...]]] = {}
+        for rid, (request, _) in self._staged.items():
+            out.setdefault(rid.tp, {})[rid] = request.covers or (rid.offset,)
+        return out
 
-    def commit(self, offsets: dict[TopicPartition, int], group_metadata) -> list[tuple[Request, Output]] | None:
-        """Publish the staged answers below `offsets` and commit `offsets`, in one transaction.
-        Returns what was published, or None when the transaction was aborted (retry later).
-        Raises ProducerFenced when this producer was fenced."""
-        batch = [(rid, v) for rid, v in self._staged.items()
-                 if rid.tp in offsets and rid.offset < offsets[rid.tp]]
+    def commit(self, offsets: dict[TopicPartition, int], group_metadata,
+               metadata: dict[TopicPartition, str] | None = None,
+               publish: list[RequestId] | None = None) -> list[tuple[Request, Output]] | None:
+        """Publish the staged answers `publish` (default: those below `offsets`) and commit `offsets`
+        with their `metadata`, in one transaction. Returns what was published, or None when the
+        transaction was aborted (retry later). Raises ProducerFenced when this producer was fenced."""
+        if publish is None:
+            batch = [(rid, v) for rid, v in self._staged.items()
+                     if rid.tp in offsets and rid.offset < offsets[rid.tp]]
+        else:
+            batch = [(rid, self._staged[rid]) for rid in publish]
         errors: dict[RequestId, BaseException] = {}
         try:
             self.producer.begin_transaction()
             for rid, (_, output) in batch:
                 self.producer.send(output.topic, output.key, output.value, output.headers,
                                    lambda error, rid=rid: error is not None and errors.setdefault(rid, error))
-            self.producer.send_offsets(offsets, group_metadata)
+            if offsets:
+                self.producer.send_offsets(offsets, group_metadata, metadata)
             self.producer.commit_transaction()
         except (ProducerFencedError, InvalidProducerEpochError) as exc:
             raise ProducerFenced(f"fenced by a newer producer with this transactional id: {exc}") from exc
