@@ -15,7 +15,7 @@ PACKAGE = Path(worker.__file__).resolve().parent
 LAYERS: list[set[str]] = [
     {"_native", "messages", "settings", "control_chars"},  # types, settings, the compiled dispatcher, text safety
     {"dispatch", "facts", "model", "metrics"},
-    {"engine", "ops", "inputs", "incidents"},
+    {"engine", "ops", "inputs", "incidents", "alerting"},
     {"prompts", "probe", "kafka"},               # prompts own the sampling policy, so they sit above the engine
     {"summarizer", "samples"},                   # records in, summaries out; seeded telemetry with known facts
     {"commands"},                                # every `telesum` command and the runtime they start from

@@ -11,6 +11,7 @@ from typing import Annotated, Literal, get_args
 
 import msgspec
 
+from worker.settings.alerting import AlertingSettings
 from worker.settings.incidents import IncidentSettings
 from worker.settings.kafka import KafkaSettings
 from worker.settings.budgets import (CPU_MAX_SEQS_PER_BIN, CPU_TOKEN_BUDGET, GPU_MAX_SEQS_PER_BIN, GPU_TOKEN_BUDGET,
@@ -115,7 +116,8 @@ class Settings(msgspec.Struct, **_Struct):
 
 SECTIONS: dict[str, type[msgspec.Struct]] = {"engine": EngineSettings, "kafka": KafkaSettings,
                                              "http": HttpSettings, "log": LogSettings,
-                                             "incidents": IncidentSettings}
+    alerting: AlertingSettings = msgspec.field(default_factory=AlertingSettings)
+                                             "incidents": IncidentSettings, "alerting": AlertingSettings}
 
 
 def all_fields(sections: tuple[str, ...] | None = None) -> list[FieldSpec]:

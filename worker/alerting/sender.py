@@ -1,0 +1,380 @@
+"""Incident events to Alertmanager alerts, from a bounded queue, on threads of their own.
+
+The incident loop hands over each acknowledged event (`submit`) and, every `resync_s` and after a
+rebalance, the open incidents of its rooms (`sync`); neither call ever blocks: a full queue drops the
+item, counted and logged. The sender thread (`telesum-alerts`) keeps one alert per open incident:
+
+  1. an `open` or `update` fires the incident's alert (an older event than one already taken is ignored);
+     a root cause or severity that changed the alert's labels resolves the alert under the old ones;
+  2. a `resolve` (also `merged_into`) resolves it and forgets the incident;
+  3. a `sync` is the whole set of open incidents: those it lists fire again (re-posted before their
+     `endsAt`, see alerts.py), those it lacks are no longer this worker's (revoked, or resolved by an
+     event still to come) and are forgotten without a resolve.
+
+Each Alertmanager (an HA pair: every one gets every alert) has a target thread (`telesum-alerts-N`)
+with its own pending alerts (the latest per label set, at most queue_size), posting them in batches
+and, after a failure, again with a backoff doubling from 0.5 s to 30 s; one Alertmanager that is down
+or slow never holds back another, nor the incident loop. When a target gets through after failing, every
+open incident is posted to it again (a restarted Alertmanager has forgotten its alerts).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from worker.alerting.alerts import Labels, annotations_of, labels_of, parse_time, postable
+from worker.alerting.client import AlertmanagerClient, PostError
+from worker.messages import IncidentEvent
+from worker.settings.alerting import AlertingSettings
+
+log = logging.getLogger(__name__)
+
+# Alerts per request, at most (a resync of many open incidents goes in several).
+MAX_BATCH = 256
+# Retry after a failed request: doubling from the first to the cap. A restarting Alertmanager is back in
+# seconds; 30 s keeps an outage's catch-up well inside the default 60 s resend interval.
+FIRST_BACKOFF_S = 0.5
+MAX_BACKOFF_S = 30.0
+# Repeated failures and drops are logged at most this often (per target, or per kind of drop).
+_LOG_EVERY_S = 30.0
+# On close, pending alerts (resolves, mostly) get this long at most to go out.
+CLOSE_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class _Alert:
+    """One alert as the targets post it: endsAt is decided when it is posted (firing: resend-based)."""
+
+    labels: Labels
+    annotations: dict[str, str]
+    starts_at: datetime
+    ends_at: datetime | None            # None: firing
+    opened_at: float | None = None      # monotonic time its `open` was handed over: its delay is measured
+
+
+@dataclass
+class _Incident:
+    """What the sender thread keeps of an open incident."""
+
+    labels: Labels
+    alert: _Alert
+    sequence: int
+    model_summary: str | None
+
+
+@dataclass(frozen=True)
+class TargetStats:
+    """One Alertmanager's outcomes since start."""
+
+    url: str                     # redacted: scheme://host:port/prefix
+    sent: int                    # alerts it accepted
+    requests_ok: int
+    requests_failed: int         # no answer, 5xx or 429: retried with backoff
+    rejected: int                # alerts in requests refused with another 4xx: not retried
+    dropped: int                 # alerts given up: more than queue_size waiting for it
+    pending: int                 # alerts waiting for it now
+    last_ok: float | None        # wall time of its last accepted request
+    last_error: str | None
+    up: bool                     # its last request was accepted (True before the first)
+
+
+@dataclass(frozen=True)
+class AlertStats:
+    """The sender's state, read at one moment (`AlertSender.stats()`)."""
+
+    targets: tuple[TargetStats, ...]
+    queued: int                  # events and syncs waiting for the sender thread
+    dropped_events: int          # events (and syncs) dropped because the queue was full
+    firing: int                  # open incidents whose alerts are kept firing
+    open_delays: tuple[tuple[str, float], ...]  # since the previous stats(): (url, open handed over -> accepted)
+
+
+class _Target:
+    """One Alertmanager: its pending alerts and the thread that posts them. put/stats from any thread."""
+
+    def __init__(self, client: AlertmanagerClient, bound: int, resend_s: float, index: int,
+                 on_recovered: Callable[[_Target], None]) -> None:
+        self.client = client
+        self.url = client.url
+        self.bound = bound
+        self.resend_s = resend_s
+        self.on_recovered = on_recovered
+        self._cond = threading.Condition()  # protects every field below
+        self._pending: dict[Labels, _Alert] = {}  # the latest alert per label set, oldest first
+        self._next_try = 0.0
+        self._backoff = 0.0
+        self._closing_at: float | None = None      # close(): post until this monotonic time
+        self._counts = collections.Counter()
+        self._delays: list[float] = []
+        self._last_ok: float | None = None
+        self._last_error: str | None = None
+        self._logged = float("-inf")
+        self._thread = threading.Thread(target=self._run, name=f"telesum-alerts-{index}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def put(self, alerts: Iterable[_Alert]) -> None:
+        """Newer alerts replace pending ones of the same labels; beyond the bound the oldest go. Never blocks
+        for long (a lock held only for dict updates)."""
+        with self._cond:
+            for alert in alerts:
+                old = self._pending.pop(alert.labels, None)
+                if old is not None and old.opened_at is not None and alert.opened_at is None:
+                    alert = dataclasses.replace(alert, opened_at=old.opened_at)  # its open's delay still counts
+                self._pending[alert.labels] = alert
+            over = len(self._pending) - self.bound
+            if over > 0:
+                for labels in list(self._pending)[:over]:
+                    del self._pending[labels]
+                self._counts["dropped"] += over
+                if time.monotonic() - self._logged >= _LOG_EVERY_S:
+                    self._logged = time.monotonic()
+                    log.warning("alerts: %s: %d alerts dropped, more than %d waiting (%d dropped in all)",
+                                self.url, over, self.bound, self._counts["dropped"])
+            self._cond.notify()
+
+    def close(self, deadline: float) -> None:
+        with self._cond:
+            self._closing_at = deadline
+            self._cond.notify()
+
+    def join(self, timeout_s: float) -> None:
+        self._thread.join(timeout_s)
+
+    def stats(self) -> tuple[TargetStats, list[float]]:
+        with self._cond:
+            delays, self._delays = self._delays, []
+            c = self._counts
+            return TargetStats(self.url, c["sent"], c["ok"], c["failed"], c["rejected"], c["dropped"],
+                               len(self._pending), self._last_ok, self._last_error, self._backoff == 0), delays
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    now = time.monotonic()
+                    if self._closing_at is not None and (not self._pending or now >= self._closing_at):
+                        self.client.close()
+                        return
+                    if self._pending and now >= self._next_try:
+                        break
+                    wait = None if not self._pending else self._next_try - now
+                    if self._closing_at is not None:
+                        wait = min(wait if wait is not None else self._closing_at - now, self._closing_at - now)
+                    self._cond.wait(wait)
+                batch = list(self._pending.values())[:MAX_BATCH]
+            self._post(batch)
+
+    def _post(self, batch: list[_Alert]) -> None:
+        now = datetime.now(timezone.utc)
+        body = json.dumps([postable(a.labels, a.annotations, a.starts_at, a.ends_at, now, self.resend_s)
+                           for a in batch]).encode()
+        try:
+            self.client.post(body)
+        except PostError as exc:
+            self._failed(batch, exc)
+            return
+        done = time.monotonic()
+        with self._cond:
+            recovered = self._backoff > 0
+            self._backoff, self._next_try = 0.0, 0.0
+            self._counts["ok"] += 1
+            self._counts["sent"] += len(batch)
+            self._last_ok = time.time()
+            self._forget_locked(batch)
+            self._delays += [done - a.opened_at for a in batch if a.opened_at is not None]
+        if recovered:
+            log.info("alerts: %s accepts alerts again; posting every open incident to it", self.url)
+            self.on_recovered(self)
+
+    def _failed(self, batch: list[_Alert], exc: PostError) -> None:
+        with self._cond:
+            self._last_error = str(exc)
+            if exc.retry:
+                self._counts["failed"] += 1
+                self._backoff = min(MAX_BACKOFF_S, max(FIRST_BACKOFF_S, 2 * self._backoff))
+                self._next_try = time.monotonic() + self._backoff
+                what = f"again in {self._backoff:.1f} s ({len(self._pending)} alerts waiting)"
+            else:  # the same alerts would be refused again
+                self._counts["rejected"] += len(batch)
+                self._forget_locked(batch)
+                what = f"{len(batch)} alerts dropped"
+            if time.monotonic() - self._logged >= _LOG_EVERY_S or not exc.retry:
+                self._logged = time.monotonic()
+                log.warning("alerts: %s: %s; %s (failed requests: %d, rejected alerts: %d)", self.url, exc, what,
+                            self._counts["failed"], self._counts["rejected"])
+
+    def _forget_locked(self, batch: list[_Alert]) -> None:
+        for alert in batch:
+            if self._pending.get(alert.labels) is alert:  # not replaced by a newer one meanwhile
+                del self._pending[alert.labels]
+
+
+_CLOSE = object()
+
+
+class AlertSender:
+    """Incidents to Alertmanager. `submit`/`sync` from the incident loop's thread; `stats` from any thread."""
+
+    def __init__(self, settings: AlertingSettings, clients: Sequence[AlertmanagerClient] | None = None) -> None:
+        self.settings = settings
+        self.resync_s = settings.resend_s   # how often the loop hands over its open incidents
+        self._static = settings.static_labels()
+        clients = clients if clients is not None else [AlertmanagerClient(u, settings) for u in settings.urls()]
+        self._targets = [_Target(c, settings.queue_size, settings.resend_s, i, self._recovered)
+                         for i, c in enumerate(clients)]
+        self._queue: queue.Queue = queue.Queue(maxsize=settings.queue_size)
+        self._dropped = 0          # written by the submitting thread only
+        self._logged_drop = float("-inf")
+        self._firing = 0           # written by the sender thread only
+        self._incidents: dict[str, _Incident] = {}  # only the sender thread
+        self._thread = threading.Thread(target=self._run, name="telesum-alerts", daemon=True)
+        self._started = False
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        return tuple(t.url for t in self._targets)
+
+    def start(self) -> None:
+        """Start the threads (idempotent). No request is made until there is an alert."""
+        if not self._started:
+            self._started = True
+            self._thread.start()
+            for target in self._targets:
+                target.start()
+
+    def submit(self, event: IncidentEvent) -> bool:
+        """Hand over an acknowledged incident event. Never blocks; False: dropped (queue full)."""
+        return self._put(("event", time.monotonic(), event))
+
+    def sync(self, open_incidents: Iterable[IncidentEvent]) -> bool:
+        """Hand over the open incidents of every room this loop holds (`room.open_incidents()`): they fire
+        again, any others are forgotten. Never blocks; False: dropped (queue full)."""
+        return self._put(("sync", time.monotonic(), tuple(open_incidents)))
+
+    def _put(self, item) -> bool:
+        try:
+            self._queue.put_nowait(item)
+            return True
+        except queue.Full:
+            self._dropped += 1
+            if time.monotonic() - self._logged_drop >= _LOG_EVERY_S:
+                self._logged_drop = time.monotonic()
+                log.warning("alerts: the sender's queue is full (%d): an incident %s dropped (%d dropped in all)",
+                            self.settings.queue_size, item[0], self._dropped)
+            return False
+
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Take what is queued, post what is pending for up to `timeout_s`, stop. Open incidents' alerts
+        stay firing until their endsAt: whoever serves the partitions next posts them again."""
+        if not self._started:
+            return
+        deadline = time.monotonic() + timeout_s
+        while True:  # the queue may be full: make room for the close marker
+            try:
+                self._queue.put(_CLOSE, timeout=0.1)
+                break
+            except queue.Full:
+                if time.monotonic() >= deadline:
+                    break
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        for target in self._targets:
+            target.close(deadline)
+        for target in self._targets:
+            target.join(max(0.0, deadline - time.monotonic()) + 0.5)
+        left = sum(t.stats()[0].pending for t in self._targets)
+        if left:
+            log.warning("alerts: closed with %d alerts not delivered", left)
+
+    def stats(self) -> AlertStats:
+        """Counters since start; `open_delays` are those measured since the previous call (one reader)."""
+        targets, delays = [], []
+        for target in self._targets:
+            stats, measured = target.stats()
+            targets.append(stats)
+            delays += [(target.url, d) for d in measured]
+        return AlertStats(tuple(targets), self._queue.qsize(), self._dropped, self._firing, tuple(delays))
+
+    # -- the sender thread -----------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            while True:
+                if item is _CLOSE:
+                    return
+                self._take(*item)
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+
+    def _take(self, kind: str, at: float, payload) -> None:
+        if kind == "event":
+            self._event(payload, at)
+        elif kind == "sync":
+            self._sync(payload)
+        elif kind == "recovered":
+            payload.put([i.alert for i in self._incidents.values()])
+        self._firing = len(self._incidents)
+
+    def _broadcast(self, alerts: list[_Alert]) -> None:
+        if alerts:
+            for target in self._targets:
+                target.put(alerts)
+
+    def _recovered(self, target: _Target) -> None:
+        """A target's thread: it gets through again. Its re-post is made on the sender thread."""
+        self._put(("recovered", time.monotonic(), target))
+
+    def _event(self, event: IncidentEvent, at: float) -> None:
+        known = self._incidents.get(event.incident_id)
+        now = datetime.now(timezone.utc)
+        if event.event == "resolve":
+            labels = known.labels if known is not None else labels_of(event, self.settings.severity, self._static)
+            summary = known.model_summary if known is not None else None
+            self._incidents.pop(event.incident_id, None)
+            self._broadcast([_Alert(labels, annotations_of(event, summary), parse_time(event.first_time),
+                                    min(parse_time(event.time), now))])
+            return
+        if known is not None and event.sequence < known.sequence:
+            return  # a view taken after this event was acknowledged already said more
+        self._broadcast(self._fire(event, known, now, opened_at=at if event.event == "open" else None))
+
+    def _sync(self, views: tuple[IncidentEvent, ...]) -> None:
+        now = datetime.now(timezone.utc)
+        alerts: list[_Alert] = []
+        seen = set()
+        for view in views:
+            seen.add(view.incident_id)
+            known = self._incidents.get(view.incident_id)
+            if known is not None and view.sequence < known.sequence:
+                alerts.append(known.alert)
+                continue
+            alerts += self._fire(view, known, now, opened_at=None)
+        for incident_id in set(self._incidents) - seen:
+            del self._incidents[incident_id]
+        self._broadcast(alerts)
+
+    def _fire(self, event: IncidentEvent, known: _Incident | None, now: datetime,
+              opened_at: float | None) -> list[_Alert]:
+        """The incident's firing alert from `event`, kept; and, when its labels changed, the old alert resolved."""
+        labels = labels_of(event, self.settings.severity, self._static)
+        model_summary = event.model_summary or (known.model_summary if known is not None else None)
+        alert = _Alert(labels, annotations_of(event, model_summary), parse_time(event.first_time), None, opened_at)
+        out = [alert]
+        if known is not None and known.labels != labels:
+            out.insert(0, dataclasses.replace(known.alert, ends_at=now, opened_at=None))
+        sequence = max(event.sequence, known.sequence if known is not None else 0)
+        kept = dataclasses.replace(alert, opened_at=None)  # re-posts of it measure nothing
+        self._incidents[event.incident_id] = _Incident(labels, kept, sequence, model_summary)
+        return out
