@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from worker.messages import Summary
 
 if TYPE_CHECKING:  # the snapshots' types live above this layer
+    from worker.alerting import AlertStats
     from worker.kafka.incident_loop import IncidentLoopStats
     from worker.kafka.loop import LoopStats, PartitionStats
     from worker.summarizer.summarizer import SummarizerStats
@@ -223,7 +224,9 @@ class _IncidentMetrics:
             "stopped at the grounded opening), failed, stale (its incident or partition gone meanwhile)",
             (*names, "outcome"), registry=registry)
         self._labels = labels
+        self._registry = registry
         self._last: dict[str, float] = {}
+        self._alerts: _AlertMetrics | None = None  # made when the loop first reports an alert sender
 
     def observe(self, stats: IncidentLoopStats) -> None:
         counts = stats.counts
@@ -236,3 +239,53 @@ class _IncidentMetrics:
             for outcome, value in dataclasses.asdict(stats.follow_ups).items():
                 WorkerMetrics._inc_delta(self._last, f"follow_ups_{outcome}", value,
                                          self.follow_ups.labels(**self._labels, outcome=outcome))
+        if stats.alerts is not None:  # TELESUM_ALERTMANAGER_URL
+            if self._alerts is None:
+                self._alerts = _AlertMetrics(self._registry, self._labels)
+            self._alerts.observe(stats.alerts)
+
+
+class _AlertMetrics:
+    """Incidents as Alertmanager alerts (worker/alerting/): each Alertmanager's outcomes, by `url` (no secrets:
+    the settings refuse URLs with a user or password), the sender's queue and drops, the delay of an open."""
+
+    def __init__(self, registry: CollectorRegistry, labels: dict[str, str]) -> None:
+        names = tuple(labels)
+        self.alerts = Counter("telesum_alertmanager_alerts", "alerts posted to an Alertmanager, by outcome: sent "
+                              "(accepted), rejected (refused with a 4xx, not retried), dropped (more than the queue "
+                              "size waiting for it)", (*names, "url", "outcome"), registry=registry)
+        self.requests = Counter("telesum_alertmanager_requests", "requests to an Alertmanager, by outcome: ok, failed "
+                                "(no answer, 5xx or 429: retried with backoff)", (*names, "url", "outcome"),
+                                registry=registry)
+        self.pending = Gauge("telesum_alertmanager_pending_alerts", "alerts waiting to be posted to an Alertmanager",
+                             (*names, "url"), registry=registry)
+        self.up = Gauge("telesum_alertmanager_up", "1 when an Alertmanager accepted the last request posted to it",
+                        (*names, "url"), registry=registry)
+        self.open_s = Histogram("telesum_alertmanager_open_seconds", "an incident's open event acknowledged to its "
+                                "alert accepted by an Alertmanager", (*names, "url"), buckets=_SECONDS_BUCKETS,
+                                registry=registry)
+        self.queued = Gauge("telesum_alertmanager_queued_events", "incident events waiting for the alert sender",
+                            names, registry=registry).labels(**labels)
+        self.dropped = Counter("telesum_alertmanager_dropped_events", "incident events the alert sender dropped "
+                               "because its queue was full", names, registry=registry).labels(**labels)
+        self.firing = Gauge("telesum_alertmanager_firing", "open incidents whose alerts are kept firing", names,
+                            registry=registry).labels(**labels)
+        self._labels = labels
+        self._last: dict[str, float] = {}
+
+    def observe(self, stats: AlertStats) -> None:
+        inc = WorkerMetrics._inc_delta
+        for t in stats.targets:
+            for outcome in ("sent", "rejected", "dropped"):
+                inc(self._last, f"{t.url} {outcome}", getattr(t, outcome),
+                    self.alerts.labels(**self._labels, url=t.url, outcome=outcome))
+            inc(self._last, f"{t.url} ok", t.requests_ok, self.requests.labels(**self._labels, url=t.url, outcome="ok"))
+            inc(self._last, f"{t.url} failed", t.requests_failed,
+                self.requests.labels(**self._labels, url=t.url, outcome="failed"))
+            self.pending.labels(**self._labels, url=t.url).set(t.pending)
+            self.up.labels(**self._labels, url=t.url).set(1 if t.up else 0)
+        for url, seconds in stats.open_delays:
+            self.open_s.labels(**self._labels, url=url).observe(seconds)
+        self.queued.set(stats.queued)
+        inc(self._last, "dropped", stats.dropped_events, self.dropped)
+        self.firing.set(stats.firing)

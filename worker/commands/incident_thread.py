@@ -20,6 +20,9 @@ def build_incident_loop(settings: Settings, observer=None):
     """The loop the settings ask for, or None when incidents are off. A topology or rules file that
     cannot be read is the operator's mistake (StartupError)."""
     if not settings.incidents.enabled:
+        if settings.alerting.enabled:
+            log.warning("alerts: TELESUM_ALERTMANAGER_URL is set but incidents are off (TELESUM_INCIDENT_TOPIC): "
+                        "no alerts are sent")
         return None
     from worker.incidents import GraphFileError, RoomConfig
     from worker.kafka.incident_loop import IncidentLoop, incident_kafka_settings
@@ -31,7 +34,13 @@ def build_incident_loop(settings: Settings, observer=None):
     kafka = incident_kafka_settings(settings.kafka, settings.incidents)
     log.info("incidents: %s -> %s (group %s, grouping %s%s)", kafka.input_topic, settings.incidents.topic,
              kafka.group_id, config.grouping, ", per-alarm summaries off" if settings.incidents.only else "")
-    return IncidentLoop(kafka, settings.incidents, config, observer=observer)
+    loop = IncidentLoop(kafka, settings.incidents, config, observer=observer)
+    if settings.alerting.enabled:  # each incident as one Alertmanager alert (worker/alerting/)
+        from worker.alerting import AlertSender
+
+        loop.use_alerts(AlertSender(settings.alerting))
+        log.info("incidents: alerts to Alertmanager %s", ", ".join(loop.alerts.urls))
+    return loop
 
 
 def exit_code(loop, stats=None, error: BaseException | None = None) -> int:

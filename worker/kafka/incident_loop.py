@@ -15,6 +15,10 @@ transaction_max_records), which carries them and the offsets with their metadata
 Beside the per-alarm summaries, with a state topic, each new incident's text is also asked of the model
 and sent as a later `update` carrying `model_summary` (`incident_followups.py`, `use_summarizer`).
 
+With TELESUM_ALERTMANAGER_URL, each acknowledged (exactly-once: committed) event and, every resync_s and
+after partitions are assigned, the open incidents of the rooms go to the alert sender (`use_alerts`,
+worker/alerting/), which never blocks this loop.
+
 Threads: one thread owns the consumer, the rooms and the transactions; the producer's I/O thread only
 queues acknowledgements.
 """
@@ -28,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kafka import TopicPartition
 from kafka.errors import KafkaError
@@ -51,6 +56,9 @@ from worker.messages import IncidentEvent
 from worker.settings.incidents import STATE_TOPIC_OFF, IncidentSettings
 from worker.settings.kafka import KafkaSettings
 
+if TYPE_CHECKING:  # the sender is handed in by the start-up (worker/commands/incident_thread.py)
+    from worker.alerting import AlertSender, AlertStats
+
 log = logging.getLogger(__name__)
 # While the member (re)joins its group, polls are long (as in loop.py: short ones can restart the rebalance).
 _REJOIN_POLL_MS = 1000
@@ -58,6 +66,9 @@ _REJOIN_POLL_MS = 1000
 _RESEND_S = 1.0
 # The open incidents are listed for the status page this often (building the view costs a root-cause pass each).
 _VIEW_S = 2.0
+# After partitions are assigned the open incidents go to the alert sender at once (restored rooms) and again
+# this long after (a recomputed room has rebuilt its uncommitted range in its first polls by then).
+_ALERTS_AFTER_ASSIGN_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -71,6 +82,7 @@ class IncidentLoopStats:
     open_incidents: tuple[IncidentEvent, ...]   # the open incidents as of the last view (every _VIEW_S)
     assigned: int                               # input partitions this loop holds
     consumer: ConsumerStats
+    alerts: AlertStats | None = None            # None: no Alertmanager (TELESUM_ALERTMANAGER_URL unset)
 
 
 class IncidentLoop:
@@ -101,6 +113,8 @@ class IncidentLoop:
         self._open_view: tuple[IncidentEvent, ...] = ()  # the open incidents, refreshed every _VIEW_S
         self._last_view = 0.0
         self.follow_ups: FollowUps | None = None      # the model's text of new incidents (use_summarizer)
+        self.alerts: AlertSender | None = None        # incidents as Alertmanager alerts (use_alerts)
+        self._alerts_due = 0.0                        # monotonic time of the next sync of open incidents
 
     def use_summarizer(self, summarizer, opening) -> bool:
         """Ask `summarizer` (the per-alarm summaries' one, on a results channel of its own) for each new
@@ -116,6 +130,12 @@ class IncidentLoop:
             return False
         self.follow_ups = FollowUps(summarizer, self.incidents.follow_ups, opening)
         return True
+
+    def use_alerts(self, alerts: AlertSender) -> None:
+        """Hand each acknowledged (exactly-once: committed) event to `alerts.submit`, and the open incidents
+        of every room to `alerts.sync` every `alerts.resync_s` and after partitions are assigned (a restart
+        re-posts them); the sender is started by `run` and closed after the drain. Before `run`."""
+        self.alerts = alerts
 
     # Rebalance callbacks run inside poll(): no blocking calls (the committed offsets are read after it).
     def _on_revoked(self, partitions: set[TopicPartition]) -> None:
@@ -149,6 +169,8 @@ class IncidentLoop:
         self._check_state_topic()
         self.consumer.open(self._on_revoked, self._on_assigned)
         self.producer.open()
+        if self.alerts is not None:
+            self.alerts.start()
         try:
             try:
                 while not stop.is_set():
@@ -160,6 +182,8 @@ class IncidentLoop:
         finally:
             self.consumer.close()
             self.producer.close()
+            if self.alerts is not None:  # the resolves of the drain go out; open incidents' alerts stay firing
+                self.alerts.close()
         return self.counts
 
     def _check_state_topic(self) -> None:
@@ -195,6 +219,7 @@ class IncidentLoop:
         self._take_follow_ups()
         self._publish()
         self._maybe_commit(force=False)
+        self._sync_alerts()
         if self.observer is not None:
             if time.monotonic() - self._last_view >= _VIEW_S:
                 self._last_view = time.monotonic()
@@ -208,7 +233,8 @@ class IncidentLoop:
         return IncidentLoopStats(counts=dataclasses.replace(self.counts), observed=tuple(self.observed),
                                  follow_ups=dataclasses.replace(follow_ups.stats) if follow_ups is not None else None,
                                  open_incidents=self._open_view, assigned=len(self.parts),
-                                 consumer=consumer_stats(self.consumer))
+                                 consumer=consumer_stats(self.consumer),
+                                 alerts=self.alerts.stats() if self.alerts is not None else None)
 
     def _open_new(self) -> None:
         """Rooms for newly assigned partitions, restored from their committed offset and metadata."""
@@ -233,6 +259,9 @@ class IncidentLoop:
             elif self.state_topic:
                 log.info("incidents: %s[%d] has no snapshot: starts empty at its committed offset",
                          tp.topic, tp.partition)
+        if new and self.alerts is not None:  # now, then once their first polls are placed
+            self._sync_alerts(force=True)
+            self._alerts_due = time.monotonic() + min(_ALERTS_AFTER_ASSIGN_S, self.alerts.resync_s)
         self._new.clear()
 
     def _accept(self, msg) -> None:
@@ -274,6 +303,13 @@ class IncidentLoop:
                 continue
             self._emit(tp, [event])
 
+    def _sync_alerts(self, force: bool = False) -> None:
+        """The open incidents of every room to the alert sender, when due."""
+        if self.alerts is None or not (force or time.monotonic() >= self._alerts_due):
+            return
+        self._alerts_due = time.monotonic() + self.alerts.resync_s
+        self.alerts.sync([event for part in self.parts.values() for event in part.room.open_incidents()])
+
     def _queue(self, out: Out) -> None:
         if self.settings.exactly_once:
             self._outbox.append(out)
@@ -312,6 +348,8 @@ class IncidentLoop:
         if part is None:
             return
         self.counts.count(out.event, part.covered(out.refs), self.observed if self.observer is not None else None)
+        if self.alerts is not None and out.event is not None:
+            self.alerts.submit(out.event)
 
     def _maybe_commit(self, force: bool) -> None:
         now = time.monotonic()

@@ -33,6 +33,9 @@ HTML = """<!doctype html>
 <section id="incidentsbox" hidden><h2>Open incidents</h2>
 <table><thead><tr><th>incident</th><th>root cause</th><th>alarms</th><th>elements</th><th>since</th><th>summary</th></tr></thead>
 <tbody id="incidents"></tbody></table></section>
+<section id="alertsbox" hidden><h2>Alertmanager</h2><p id="alertsnote"></p>
+<table><thead><tr><th>Alertmanager</th><th>up</th><th>alerts sent</th><th>failed requests</th><th>rejected</th><th>dropped</th><th>waiting</th><th>last accepted</th><th>last error</th></tr></thead>
+<tbody id="alerts"></tbody></table></section>
 <section><h2>Latest summaries</h2><div id="latest"></div></section>
 <details><summary>Settings in force</summary>
 <table><thead><tr><th>setting</th><th>value</th><th>source</th></tr></thead><tbody id="settings"></tbody></table>
@@ -112,6 +115,15 @@ JS = r"""'use strict';
     $('incidentsbox').hidden = !d.open_incidents;
     rows($('incidents'), (d.open_incidents || []).map((i) => [i.incident_id, i.root_cause, i.alarms, i.elements,
       i.first_time, i.summary]));
+    const al = d.alerting;
+    $('alertsbox').hidden = !al;
+    if (al) {
+      $('alertsnote').textContent = al.firing + ' incidents firing · ' + al.queued + ' events queued · ' +
+        al.dropped_events + ' events dropped (queue full)';
+      rows($('alerts'), al.targets.map((t) => [t.url, t.up ? 'yes' : 'no', t.sent, t.requests_failed, t.rejected,
+        t.dropped, t.pending, t.last_ok ? new Date(t.last_ok * 1000).toISOString().slice(11, 19) : '-',
+        t.last_error || '']));
+    }
     $('latest').replaceChildren(...d.latest.map((r) => {
       const box = el('div', null, 'summary');
       const head = el('div');

@@ -8,6 +8,7 @@ here, never markup: the page inserts it with `textContent` only.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -44,6 +45,7 @@ class StatusBoard:
         self._answered: collections.deque[tuple[float, int]] = collections.deque()  # (t, summaries + dlq)
         self._stats: dict = {}
         self._incidents: list[dict] | None = None  # open incidents, when the incident loop runs
+        self._alerting: dict | None = None          # the Alertmanager panel, when alerts are on
 
     def observe_loop(self, stats: LoopStats) -> None:
         """A KafkaWorker's `stats()`. Only from the loop thread."""
@@ -65,8 +67,14 @@ class StatusBoard:
                  "root_cause": f"{clean_text(e.root_cause.alarm_type)} on {clean_text(e.root_cause.element)}",
                  "alarms": e.alarms, "elements": len(e.elements), "first_time": e.first_time, "last_time": e.last_time}
                 for e in sorted(stats.open_incidents, key=lambda e: -e.alarms)[:LATEST]]
+        alerts = stats.alerts
+        alerting = None if alerts is None else {
+            "firing": alerts.firing, "queued": alerts.queued, "dropped_events": alerts.dropped_events,
+            "targets": [{**dataclasses.asdict(t), "last_error": clean_text(t.last_error or "")[:_SUMMARY_CHARS]}
+                        for t in alerts.targets]}
         with self._lock:
             self._incidents = rows
+            self._alerting = alerting
 
     def observe_results(self, results: list[tuple[Hashable, Summary | Exception]]) -> None:
         """Finished summaries. Only from the loop thread."""
@@ -80,6 +88,7 @@ class StatusBoard:
             stats = dict(self._stats)
             latest = list(self._latest)
             incidents = self._incidents
+            alerting = self._alerting
             rate = 0.0
             if len(self._answered) >= 2:
                 (t0, n0), (t1, n1) = self._answered[0], self._answered[-1]
@@ -100,6 +109,8 @@ class StatusBoard:
                "settings": self.settings_rows}
         if incidents is not None:
             out["open_incidents"] = incidents
+        if alerting is not None:
+            out["alerting"] = alerting
         if self.readiness is not None:
             out["ready"] = self.readiness()[1]
         return out
