@@ -115,13 +115,16 @@ def test_room_without_topology_or_rules_groups_per_element_and_says_so(make_room
 def test_room_topology_only_learns_the_cause_and_names_it_with_its_evidence(make_room):
     room = make_room(chain("a", "b"))
     history = []
-    for n in range(12):  # PWR on a, then FAN on its neighbour b, in twelve past faults
-        history += [Alarm("a", "PWR", n * 10000.0, input=2 * n), Alarm("b", "FAN", n * 10000.0 + 5, input=2 * n + 1)]
+    for n in range(18):  # PWR on a, with FAN on its neighbour b in twelve of eighteen past faults: FAN
+        history.append(Alarm("a", "PWR", n * 10000.0, input=2 * n))  # never comes without PWR
+        if n % 3:
+            history.append(Alarm("b", "FAN", n * 10000.0 + 5, input=2 * n + 1))
     history += [Alarm("a", "FAN", 200000.0, input=100), Alarm("b", "PWR", 200003.0, input=101)]  # FAN first
     events = play(room, history)
     last = [e for e in events if e.incident_id == owners(events)[100]][-1]
     assert last.root_cause.alarm_type == "PWR" and last.grouping == "learned+topology"
-    assert last.root_cause.reason.startswith("learned: PWR → FAN (strength 1.00, 12 co-occurrences)")
+    assert last.root_cause.reason.startswith("learned: PWR → FAN (PWR near 100% of FAN, FAN near 67% of PWR; "
+                                             "12 co-occurrences)")
     assert owners(events)[100] == owners(events)[101]
 
 

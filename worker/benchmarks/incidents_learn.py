@@ -51,6 +51,7 @@ def learn(rows: np.ndarray, topology: Topology | None) -> tuple[CauseLearner, fl
     started = time.perf_counter()
     for a, d, t in rows[:, :3].tolist():
         learner.observe(element_name(d), type_name(a), float(t))
+    learner.flush()
     return learner, time.perf_counter() - started
 
 

@@ -147,6 +147,7 @@ def learn(messages, decode, learner, since: float | None, until: float | None) -
     counts["alarms"] = len(alarms)
     for when, element, alarm_type in alarms:
         learner.observe(element, alarm_type, when)
+    learner.flush()
     counts["elements"] = len({e for _, e, _ in alarms})
     return counts
 
@@ -201,6 +202,7 @@ def run_learn(args: argparse.Namespace, env=None) -> int:
                          else "the same element (no topology)",
         "topology": {"elements": len(topology), "links": topology.num_links} if topology is not None else None,
         "parameters": {"lag_s": learner.lag_s, "chance_shift_s": learner.shift_s,
+                       "orientation": "P(cause near | effect) > P(effect near | cause)",
                        "min_cooccurrences": learner.min_cooccurrences, "min_lift": learner.min_lift,
                        "min_z": learner.min_z},
         "edges": [e.as_dict() for e in edges],

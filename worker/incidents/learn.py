@@ -1,31 +1,35 @@
 """The cause→effect graph between alarm types, learned from the alarms themselves.
 
-For every alarm (in event-time order) the learner looks at the alarms of the same element and its
-topology neighbours (no topology: the same element only) in the `lag_s` before it, and counts, for
-each other type seen there, "that type came first" (`before[(u, v)]`: an alarm of v had u before it).
-The same count an hour earlier (`null[(u, v)]`: u in the lag window one `shift_s` before the alarm)
-is what chance gives on that neighbourhood at that load: bursty networks co-occur by themselves.
+Each alarm, once `lag_s` of event time has passed it, is counted with the types of the alarms on its
+element and its topology neighbours (no topology: the same element only) within `lag_s` either side:
+`near[(u, v)]`, "an alarm of v had an alarm of u near it". The same count one `shift_s` earlier
+(`chance[(u, v)]`) is what chance gives on that neighbourhood at that load: bursty networks
+co-occur by themselves.
 
-An edge u → v is kept when the pair co-occurs clearly more than chance —
-`n = before[u, v] + before[v, u]` at least `min_cooccurrences`, at least `min_lift` times the chance
-count and `min_z` standard deviations above it (Poisson) — and u came first in most of those
-co-occurrences (`strength`, the share where it did). Ties are not edges. The rules the room uses are
-these edges, read transitively as the operator's rules are (graph.CauseRules); a cycle makes its types
-causes of each other, and the room then names the earliest.
+A pair is related when it co-occurs clearly more than chance: `near[u, v] + near[v, u]` at least
+`min_cooccurrences`, at least `min_lift` times the chance count and `min_z` standard deviations above it
+(Poisson). It is oriented by which type the other needs: an effect comes with its cause, while a
+cause does not always bring a given effect, so u → v when P(u near | v) > P(v near | u). Not by time:
+in telecom networks an effect is often reported before its cause (detection and integration delays),
+and related alarms are often raised in the same second; on the development data set the order of
+first appearance disagreed with the experts' graph more often than it agreed
+(docs/incidents.md#learning-the-cause-graph). The rules the room uses are these edges, read
+transitively as the operator's rules are (graph.CauseRules).
 
 Why these defaults: `lag_s` 60 s, the spread of one fault's alarms over an element and its neighbours
 (an incident's `window_s` is for standing alarms' repeats, not for cause and effect); `shift_s` 1 h,
 far enough that the fault is over, near enough that the load is alike; `min_z` 5 and `min_lift` 2 keep
 a pair only when chance cannot explain it on any network of this size (hundreds of type pairs tested).
 
-Memory is bounded: per element the alarms of the last `shift_s + lag_s` (at most `max_recent` each,
-silent elements dropped), and at most `max_pairs` type pairs (the rarest dropped beyond it).
-Only from one thread.
+Memory is bounded: per element the alarms of the last `shift_s + 2 lag_s` (at most `max_recent` each,
+silent elements dropped), the alarms of the last `lag_s` waiting to be counted, and at most
+`max_pairs` type pairs (the rarest dropped beyond it). Only from one thread.
 """
 
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -38,123 +42,149 @@ from worker.incidents.graph import CauseRules, Topology
 
 @dataclass(frozen=True, slots=True)
 class LearnedEdge:
-    """u → v with its evidence: co-occurrences on neighbouring elements, the share where the cause came
-    first, the chance count (the same alarms an hour earlier), lift and z over it."""
+    """u → v with its evidence: how often the cause was near the effect's alarms (`cause_with_effect`,
+    P(u near | v)) and the effect near the cause's (`effect_with_cause`); `cooccurrences`, the effect's
+    alarms with the cause near; the pair's chance count (both ways, the same alarms an hour earlier),
+    and the lift and z of both ways' count over it."""
 
     cause: str
     effect: str
-    strength: float
+    cause_with_effect: float
+    effect_with_cause: float
     cooccurrences: int
     chance: int
     lift: float
     z: float
 
     def evidence(self) -> str:
-        return f"strength {self.strength:.2f}, {self.cooccurrences} co-occurrences"
+        return (f"{self.cause} near {self.cause_with_effect:.0%} of {self.effect}, {self.effect} near "
+                f"{self.effect_with_cause:.0%} of {self.cause}; {self.cooccurrences} co-occurrences")
 
     def as_dict(self) -> dict[str, Any]:
-        return {"cause": self.cause, "effect": self.effect, "strength": round(self.strength, 4),
-                "cooccurrences": self.cooccurrences, "chance": self.chance, "lift": round(self.lift, 2),
-                "z": round(self.z, 1)}
+        return {"cause": self.cause, "effect": self.effect, "cause_with_effect": round(self.cause_with_effect, 4),
+                "effect_with_cause": round(self.effect_with_cause, 4), "cooccurrences": self.cooccurrences,
+                "chance": self.chance, "lift": round(self.lift, 2), "z": round(self.z, 1)}
 
 
 class LearnerState(msgspec.Struct, array_like=True):
-    """What a restart needs (room snapshots, `telesum incidents learn --report`)."""
+    """What a restart needs (room snapshots)."""
 
     observed: int
     first_time: float | None
     last_time: float | None
     types: dict[str, int]
-    before: list[tuple[str, str, int]]
-    null: list[tuple[str, str, int]]
+    near: list[tuple[str, str, int]]
+    chance: list[tuple[str, str, int]]
     recent: list[tuple[str, list[float], list[str]]]
+    waiting: list[tuple[float, str, str]]
 
 
 class CauseLearner:
-    """Counts precedence and chance per type pair from a stream of alarms; `edges()` reads the graph."""
+    """Counts co-occurrence and chance per type pair from a stream of alarms; `edges()` reads the graph."""
 
     def __init__(self, topology: Topology | None = None, *, lag_s: float = 60.0, shift_s: float = 3600.0,
                  min_cooccurrences: int = 10, min_lift: float = 2.0, min_z: float = 5.0,
                  max_recent: int = 64, max_pairs: int = 200_000) -> None:
-        if lag_s <= 0 or shift_s <= lag_s:
-            raise ValueError("the learner needs lag_s > 0 and shift_s > lag_s")
+        if lag_s <= 0 or shift_s <= 2 * lag_s:
+            raise ValueError("the learner needs lag_s > 0 and shift_s > 2 * lag_s")
         self.topology = topology
         self.lag_s, self.shift_s = lag_s, shift_s
         self.min_cooccurrences, self.min_lift, self.min_z = min_cooccurrences, min_lift, min_z
         self.max_recent, self.max_pairs = max_recent, max_pairs
-        self.before: Counter = Counter()
-        self.null: Counter = Counter()
-        self.types: Counter = Counter()
+        self.near: Counter = Counter()
+        self.chance: Counter = Counter()
+        self.types: Counter = Counter()    # alarms counted, per type
         self.observed = 0
         self.first_time: float | None = None
         self.last_time: float | None = None
         self._recent: dict[str, tuple[list[float], list[str]]] = {}  # element -> (times, types), time order
+        self._waiting: list[tuple[float, str, str]] = []              # heap: (time, element, type) to count
 
     def observe(self, element: str, alarm_type: str, time: float) -> None:
-        """One alarm; alarms should come in event-time order (the room places them so)."""
+        """One alarm, in about event-time order (the room places them so); counted `lag_s` later."""
         self.observed += 1
-        self.types[alarm_type] += 1
         if self.first_time is None or time < self.first_time:
             self.first_time = time
         if self.last_time is None or time > self.last_time:
             self.last_time = time
+        self._remember(element, alarm_type, time)
+        heapq.heappush(self._waiting, (time, element, alarm_type))
+        self._count_until(self.last_time - self.lag_s)
+        self._trim(element)
+        if self.observed % 10_000 == 0:
+            self._forget_silent()
+
+    def flush(self) -> None:
+        """Count every alarm still waiting (the end of a history: nothing more will come near them)."""
+        self._count_until(float("inf"))
+
+    def _count_until(self, horizon: float) -> None:
+        waiting = self._waiting
+        while waiting and waiting[0][0] <= horizon:
+            time, element, alarm_type = heapq.heappop(waiting)
+            self.types[alarm_type] += 1
+            for u in self._types_near(element, time, time - self.lag_s, time + self.lag_s) - {alarm_type}:
+                self.near[(u, alarm_type)] += 1
+            earlier = time - self.shift_s
+            for u in self._types_near(element, time, earlier - self.lag_s, earlier + self.lag_s) - {alarm_type}:
+                self.chance[(u, alarm_type)] += 1
+        if len(self.near) + len(self.chance) > self.max_pairs:
+            self._drop_rare_pairs()
+
+    def _types_near(self, element: str, time: float, low: float, high: float) -> set[str]:
         near = self.topology.ball(element, 1) if self.topology is not None else (element,)
-        first, chance = set(), set()
+        found: set[str] = set()
         for e in near:
             held = self._recent.get(e)
-            if held is None:
-                continue
-            times, kinds = held
-            first.update(kinds[bisect.bisect_left(times, time - self.lag_s):bisect.bisect_left(times, time)])
-            chance.update(kinds[bisect.bisect_left(times, time - self.shift_s - self.lag_s):
-                                bisect.bisect_left(times, time - self.shift_s)])
-        first.discard(alarm_type)
-        chance.discard(alarm_type)
-        for u in first:
-            self.before[(u, alarm_type)] += 1
-        for u in chance:
-            self.null[(u, alarm_type)] += 1
-        self._remember(element, alarm_type, time)
-        if len(self.before) + len(self.null) > self.max_pairs:
-            self._drop_rare_pairs()
-        if self.observed % 10_000 == 0:
-            self._forget_silent(time)
+            if held is not None:
+                times, kinds = held
+                found.update(kinds[bisect.bisect_left(times, low):bisect.bisect_right(times, high)])
+        return found
 
     def _remember(self, element: str, alarm_type: str, time: float) -> None:
         times, kinds = self._recent.setdefault(element, ([], []))
         at = bisect.bisect_right(times, time)
         times.insert(at, time)
         kinds.insert(at, alarm_type)
-        keep = bisect.bisect_left(times, time - self.shift_s - self.lag_s)
-        keep = max(keep, len(times) - self.max_recent)
+
+    def _trim(self, element: str) -> None:
+        """Drop what no alarm still to be counted can need (its chance window reaches `shift_s + lag_s`
+        back), and beyond `max_recent` the oldest."""
+        times, kinds = self._recent[element]
+        oldest = self._waiting[0][0] if self._waiting else times[-1]
+        keep = max(bisect.bisect_left(times, oldest - self.shift_s - self.lag_s), len(times) - self.max_recent)
         if keep > 0:
             del times[:keep], kinds[:keep]
 
-    def _forget_silent(self, now: float) -> None:
-        horizon = now - self.shift_s - self.lag_s
+    def _forget_silent(self) -> None:
+        horizon = (self.last_time or 0.0) - self.shift_s - 2 * self.lag_s
         for element in [e for e, (times, _) in self._recent.items() if not times or times[-1] < horizon]:
             del self._recent[element]
 
     def _drop_rare_pairs(self) -> None:
-        for counts in (self.before, self.null):
+        for counts in (self.near, self.chance):
             for pair in [p for p, n in counts.items() if n <= 1]:
                 del counts[pair]
 
     def edges(self) -> list[LearnedEdge]:
-        """The learned edges, strongest evidence first."""
+        """The learned edges from the alarms counted so far, most co-occurrences first."""
         out = []
-        for (u, v), ahead in self.before.items():
-            behind = self.before.get((v, u), 0)
-            if ahead <= behind:
-                continue
-            n = ahead + behind
+        for (u, v), u_near_v in self.near.items():
+            if u > v and (v, u) in self.near:
+                continue  # each pair once
+            v_near_u = self.near.get((v, u), 0)
+            n = u_near_v + v_near_u
             if n < self.min_cooccurrences:
                 continue
-            chance = self.null.get((u, v), 0) + self.null.get((v, u), 0)
-            spread = math.sqrt(max(chance, 1))
-            lift, z = n / max(chance, 1), (n - chance) / spread
-            if lift >= self.min_lift and z >= self.min_z:
-                out.append(LearnedEdge(u, v, ahead / n, n, chance, lift, z))
+            chance = self.chance.get((u, v), 0) + self.chance.get((v, u), 0)
+            lift, z = n / max(chance, 1), (n - chance) / math.sqrt(max(chance, 1))
+            if lift < self.min_lift or z < self.min_z:
+                continue
+            p_u, p_v = u_near_v / max(self.types[v], 1), v_near_u / max(self.types[u], 1)  # P(u|v), P(v|u)
+            if p_u > p_v:
+                out.append(LearnedEdge(u, v, p_u, p_v, u_near_v, chance, lift, z))
+            elif p_v > p_u:
+                out.append(LearnedEdge(v, u, p_v, p_u, v_near_u, chance, lift, z))
         out.sort(key=lambda e: (-e.cooccurrences, e.cause, e.effect))
         return out
 
@@ -163,9 +193,10 @@ class CauseLearner:
 
     def state(self) -> LearnerState:
         return LearnerState(self.observed, self.first_time, self.last_time, dict(self.types),
-                            [(u, v, n) for (u, v), n in self.before.items()],
-                            [(u, v, n) for (u, v), n in self.null.items()],
-                            [(e, list(t), list(k)) for e, (t, k) in self._recent.items()])
+                            [(u, v, n) for (u, v), n in self.near.items()],
+                            [(u, v, n) for (u, v), n in self.chance.items()],
+                            [(e, list(t), list(k)) for e, (t, k) in self._recent.items()],
+                            list(self._waiting))
 
     def load(self, state: LearnerState) -> None:
         """Go on from `state` (counts added to what this learner holds)."""
@@ -175,10 +206,12 @@ class CauseLearner:
                 self.first_time = t if self.first_time is None else min(self.first_time, t)
                 self.last_time = t if self.last_time is None else max(self.last_time, t)
         self.types.update(state.types)
-        self.before.update({(u, v): n for u, v, n in state.before})
-        self.null.update({(u, v): n for u, v, n in state.null})
+        self.near.update({(u, v): n for u, v, n in state.near})
+        self.chance.update({(u, v): n for u, v, n in state.chance})
         for element, times, kinds in state.recent:
             self._recent[element] = (list(times), list(kinds))
+        for item in state.waiting:
+            heapq.heappush(self._waiting, tuple(item))
 
 
 class LearnedGraph:

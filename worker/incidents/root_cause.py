@@ -5,7 +5,7 @@ other type in the incident (when several, or none explains all, the one explaini
 among that type's alarms the most upstream one — the element nearest to all the incident's other
 elements — then the earliest. Without rules, or when no rule links its types: the earliest alarm. The
 reason names the rule and, for a learned edge, its evidence, so an operator can check it:
-`learned: A3 → A7 (strength 0.83, 412 co-occurrences); upstream, earliest`.
+`learned: A3 → A7 (A3 near 93% of A7, A7 near 61% of A3; 412 co-occurrences); upstream, earliest`.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def _listed(names: list[str]) -> str:
 
 def _because(cause: str, effects: list[str], learned: LearnedGraph | None, rule_text: str) -> str:
     """'rule: A3 causes A7, A9', or with learned edges among them their evidence:
-    'learned: A3 → A7 (strength 0.83, 412 co-occurrences), A3 → A9 (…); A3 causes 3 of the 4 other types'."""
+    'learned: A3 → A7 (A3 near 93% of A7, …), A3 → A9 (…); A3 causes 3 of the 4 other types'."""
     found = [learned.evidence(cause, e) for e in effects] if learned is not None else []
     shown = [e for e in found if e is not None]
     if not shown:

@@ -49,7 +49,8 @@ class _IncidentState(msgspec.Struct, array_like=True):
 
 class _Learned(msgspec.Struct, array_like=True):
     learner: LearnerState
-    in_use: list[tuple[str, str, float, int, int, float, float]]  # the edges the room used (LearnedEdge)
+    in_use: list[tuple[str, str, float, float, int, int, float, float]]  # the edges the room used (LearnedEdge)
+    relearned_at: float                                                  # when it last read them (event time)
 
 
 class _RoomState(msgspec.Struct, array_like=True):
@@ -75,9 +76,9 @@ def snapshot(room: IncidentRoom) -> bytes:
     owners = [(key[0], key[1], incident.incident_id) for key, incident in room._owner.items()]
     learned = None
     if room.learner is not None:
-        in_use = [(e.cause, e.effect, e.strength, e.cooccurrences, e.chance, e.lift, e.z)
+        in_use = [(e.cause, e.effect, e.cause_with_effect, e.effect_with_cause, e.cooccurrences, e.chance, e.lift, e.z)
                   for e in (room.graph.edges.values() if room.graph is not None else ())]
-        learned = _Learned(room.learner.state(), in_use)
+        learned = _Learned(room.learner.state(), in_use, room._relearned_at)
     state = _RoomState(VERSION, room.clock, order, list(room._waiting), incidents, owners, learned,
                        list(room._settled), (room.alarms_in, room.incidents_opened, room.incidents_merged))
     return msgspec.msgpack.encode(state)
@@ -117,6 +118,7 @@ def restore(config: RoomConfig, data: bytes) -> IncidentRoom:
         learned = msgspec.convert(state.learned, _Learned)
         room.learner.load(learned.learner)
         room.relearn([LearnedEdge(*e) for e in learned.in_use])  # the graph it used, not one read anew
+        room._relearned_at = learned.relearned_at
     room._settled = list(state.settled)
     room.alarms_in, room.incidents_opened, room.incidents_merged = state.counters
     return room
