@@ -29,3 +29,29 @@ def test_config_spread_below_link_bound_refused():
         from_values({"incidents.link_hops": 3, "incidents.max_hops": 2})
     with pytest.raises(ValueError, match="max_hops"):
         RoomConfig(link_hops=3, max_hops=2)
+
+
+def test_config_learned_file_starts_the_room_and_live_learning_adds_to_it(tmp_path):
+    from worker.incidents import IncidentRoom
+
+    (tmp_path / "t.csv").write_text("element_a,element_b\na,b\n")
+    (tmp_path / "learned.csv").write_text("# learned by telesum incidents learn\ncause_type,effect_type\nPWR,LOS\n")
+    env = {"TELESUM_INCIDENT_TOPIC": "incidents", "TELESUM_INCIDENT_TOPOLOGY": str(tmp_path / "t.csv"),
+           "TELESUM_INCIDENT_LEARNED_RULES": str(tmp_path / "learned.csv")}
+    config = RoomConfig.from_settings(load_settings(None, env).settings.incidents)
+    room = IncidentRoom(config)
+    assert config.learns and room.rules.causes("PWR", "LOS") and room.grouping_name == "learned+topology"
+    assert not room.rules.knows("cause_type")  # the header after a comment is still a header
+
+
+def test_config_operator_rules_win_unless_extended(tmp_path):
+    from worker.incidents import IncidentRoom
+
+    (tmp_path / "r.csv").write_text("cause_type,effect_type\nLOS,LINK\n")
+    base = {"TELESUM_INCIDENT_TOPIC": "incidents", "TELESUM_INCIDENT_RULES": str(tmp_path / "r.csv")}
+    plain = IncidentRoom(RoomConfig.from_settings(load_settings(None, base).settings.incidents))
+    assert plain.learner is None and plain.rules.direct == {"LOS": {"LINK"}}
+    extended = IncidentRoom(RoomConfig.from_settings(
+        load_settings(None, {**base, "TELESUM_INCIDENT_EXTEND_RULES": "true"}).settings.incidents))
+    assert extended.learner is not None and extended.rules.direct == {"LOS": {"LINK"}}
+    assert extended.grouping_name == "rules"  # the operator's rules stay the grouping's name

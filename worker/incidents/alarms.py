@@ -98,8 +98,14 @@ class AlarmState:
         return [s for s in self.standing.values() if not s.cleared]
 
 
+# The count the syslog facts append to a problem ("link down (once)", "(12 times)"): not part of its type.
+_COUNT = re.compile(r"\s*\((?:once|\d+ times)\)\s*$")
+
+
 def alarm_type_of(problem: str) -> str:
-    """A problem text as an alarm type: state words dropped so a raise and its clear match."""
+    """A problem text as an alarm type: state words and the facts' count dropped, so a raise and its
+    clear, and one line and a repeat, match."""
+    problem = _COUNT.sub("", problem)
     return re.sub(r"\s+", " ", _STATE_WORDS.sub("", problem)).strip(" ,.:;-") or problem.strip()
 
 
