@@ -171,14 +171,15 @@ def run_learn(args: argparse.Namespace, env=None) -> int:
             if not path.is_file():
                 raise SettingsError(f"input file {path} does not exist")
         since, until = parse_time(args.since, "--since"), parse_time(args.until, "--until")
-        kafka = load_settings(None, env, sections=()).settings.kafka
+        loaded = load_settings(None, env, sections=()).settings
+        kafka, repeat_s = loaded.kafka, loaded.incidents.window_s
         topology = load_topology(args.topology) if args.topology else None
         input_format = args.input_format or kafka.input_format
         decode = decoder_for(input_format, parse_field_map(kafka.json_log_fields), kafka.max_items_per_message)
     except (SettingsError, GraphFileError, ValueError) as exc:
         log.error("telesum incidents learn: %s", exc)
         return EXIT_SETTINGS
-    learner = CauseLearner(topology)
+    learner = CauseLearner(topology, repeat_s=repeat_s)  # a repeat within the room's window_s is one alarm
     messages = file_messages(args.files) if args.files else \
         topic_messages(args.topic, kafka.client_config(args.bootstrap_servers), since, until)
     try:
@@ -201,7 +202,8 @@ def run_learn(args: argparse.Namespace, env=None) -> int:
         "neighbourhood": "the element and its topology neighbours (1 hop)" if topology is not None
                          else "the same element (no topology)",
         "topology": {"elements": len(topology), "links": topology.num_links} if topology is not None else None,
-        "parameters": {"lag_s": learner.lag_s, "chance_shift_s": learner.shift_s,
+        "repeats_not_counted": learner.repeats,
+        "parameters": {"lag_s": learner.lag_s, "chance_shift_s": learner.shift_s, "repeat_s": learner.repeat_s,
                        "orientation": "P(cause near | effect) > P(effect near | cause)",
                        "min_cooccurrences": learner.min_cooccurrences, "min_lift": learner.min_lift,
                        "min_z": learner.min_z},

@@ -1,6 +1,8 @@
 """The cause→effect graph between alarm types, learned from the alarms themselves.
 
-Each alarm, once `lag_s` of event time has passed it, is counted with the types of the alarms on its
+An alarm is a raise: a repeat of the same type on the same element within `repeat_s` of its last is
+the same alarm standing and is not counted again (a standing alarm re-raised every few minutes would
+otherwise count as many faults). Each alarm, once `lag_s` of event time has passed it, is counted with the types of the alarms on its
 element and its topology neighbours (no topology: the same element only) within `lag_s` either side:
 `near[(u, v)]`, "an alarm of v had an alarm of u near it". The same count one `shift_s` earlier
 (`chance[(u, v)]`) is what chance gives on that neighbourhood at that load: bursty networks
@@ -16,12 +18,13 @@ first appearance disagreed with the experts' graph more often than it agreed
 (docs/incidents.md#learning-the-cause-graph). The rules the room uses are these edges, read
 transitively as the operator's rules are (graph.CauseRules).
 
-Why these defaults: `lag_s` 60 s, the spread of one fault's alarms over an element and its neighbours
+Why these defaults: `repeat_s` 300 s, the room's `window_s` (the usual re-raise period of a standing
+alarm); `lag_s` 60 s, the spread of one fault's alarms over an element and its neighbours
 (an incident's `window_s` is for standing alarms' repeats, not for cause and effect); `shift_s` 1 h,
 far enough that the fault is over, near enough that the load is alike; `min_z` 5 and `min_lift` 2 keep
 a pair only when chance cannot explain it on any network of this size (hundreds of type pairs tested).
 
-Memory is bounded: per element the alarms of the last `shift_s + 2 lag_s` (at most `max_recent` each,
+Memory is bounded: the last raise of each (element, type) within `repeat_s`, per element the alarms of the last `shift_s + 2 lag_s` (at most `max_recent` each,
 silent elements dropped), the alarms of the last `lag_s` waiting to be counted, and at most
 `max_pairs` type pairs (the rarest dropped beyond it). Only from one thread.
 """
@@ -70,6 +73,8 @@ class LearnerState(msgspec.Struct, array_like=True):
     """What a restart needs (room snapshots)."""
 
     observed: int
+    repeats: int
+    raised: list[tuple[str, str, float]]
     first_time: float | None
     last_time: float | None
     types: dict[str, int]
@@ -83,18 +88,20 @@ class CauseLearner:
     """Counts co-occurrence and chance per type pair from a stream of alarms; `edges()` reads the graph."""
 
     def __init__(self, topology: Topology | None = None, *, lag_s: float = 60.0, shift_s: float = 3600.0,
-                 min_cooccurrences: int = 10, min_lift: float = 2.0, min_z: float = 5.0,
+                 repeat_s: float = 300.0, min_cooccurrences: int = 10, min_lift: float = 2.0, min_z: float = 5.0,
                  max_recent: int = 64, max_pairs: int = 200_000) -> None:
         if lag_s <= 0 or shift_s <= 2 * lag_s:
             raise ValueError("the learner needs lag_s > 0 and shift_s > 2 * lag_s")
         self.topology = topology
-        self.lag_s, self.shift_s = lag_s, shift_s
+        self.lag_s, self.shift_s, self.repeat_s = lag_s, shift_s, repeat_s
         self.min_cooccurrences, self.min_lift, self.min_z = min_cooccurrences, min_lift, min_z
         self.max_recent, self.max_pairs = max_recent, max_pairs
         self.near: Counter = Counter()
         self.chance: Counter = Counter()
         self.types: Counter = Counter()    # alarms counted, per type
         self.observed = 0
+        self.repeats = 0                   # alarms not counted: repeats of a standing alarm
+        self._raised: dict[tuple[str, str], float] = {}  # (element, type) -> its last alarm's time
         self.first_time: float | None = None
         self.last_time: float | None = None
         self._recent: dict[str, tuple[list[float], list[str]]] = {}  # element -> (times, types), time order
@@ -103,6 +110,14 @@ class CauseLearner:
     def observe(self, element: str, alarm_type: str, time: float) -> None:
         """One alarm, in about event-time order (the room places them so); counted `lag_s` later."""
         self.observed += 1
+        if self.observed % 10_000 == 0:
+            self._forget_silent()
+        key = (element, alarm_type)
+        last = self._raised.get(key)
+        self._raised[key] = time if last is None else max(last, time)
+        if last is not None and abs(time - last) <= self.repeat_s:
+            self.repeats += 1
+            return
         if self.first_time is None or time < self.first_time:
             self.first_time = time
         if self.last_time is None or time > self.last_time:
@@ -111,8 +126,6 @@ class CauseLearner:
         heapq.heappush(self._waiting, (time, element, alarm_type))
         self._count_until(self.last_time - self.lag_s)
         self._trim(element)
-        if self.observed % 10_000 == 0:
-            self._forget_silent()
 
     def flush(self) -> None:
         """Count every alarm still waiting (the end of a history: nothing more will come near them)."""
@@ -160,6 +173,9 @@ class CauseLearner:
         horizon = (self.last_time or 0.0) - self.shift_s - 2 * self.lag_s
         for element in [e for e, (times, _) in self._recent.items() if not times or times[-1] < horizon]:
             del self._recent[element]
+        horizon = (self.last_time or 0.0) - self.repeat_s
+        for key in [k for k, t in self._raised.items() if t < horizon]:
+            del self._raised[key]
 
     def _drop_rare_pairs(self) -> None:
         for counts in (self.near, self.chance):
@@ -192,7 +208,8 @@ class CauseLearner:
         return CauseRules((e.cause, e.effect) for e in self.edges())
 
     def state(self) -> LearnerState:
-        return LearnerState(self.observed, self.first_time, self.last_time, dict(self.types),
+        return LearnerState(self.observed, self.repeats, [(e, t, when) for (e, t), when in self._raised.items()],
+                            self.first_time, self.last_time, dict(self.types),
                             [(u, v, n) for (u, v), n in self.near.items()],
                             [(u, v, n) for (u, v), n in self.chance.items()],
                             [(e, list(t), list(k)) for e, (t, k) in self._recent.items()],
@@ -201,6 +218,9 @@ class CauseLearner:
     def load(self, state: LearnerState) -> None:
         """Go on from `state` (counts added to what this learner holds)."""
         self.observed += state.observed
+        self.repeats += state.repeats
+        for element, alarm_type, when in state.raised:
+            self._raised[(element, alarm_type)] = max(when, self._raised.get((element, alarm_type), when))
         for t in (state.first_time, state.last_time):
             if t is not None:
                 self.first_time = t if self.first_time is None else min(self.first_time, t)

@@ -65,7 +65,7 @@ class IncidentRoom:
         self.config = config or RoomConfig()
         self.grouping = Grouping(self.config)
         self.state = AlarmState()
-        self.learner = CauseLearner(self.config.topology) if self.config.learns else None
+        self.learner = CauseLearner(self.config.topology, repeat_s=self.config.window_s) if self.config.learns else None
         self.graph: LearnedGraph | None = None   # the learned edges in use, with their evidence
         self.rules = self.config.rules            # the rules in use: the operator's, learned, or both
         self._rules_version = 0
