@@ -5,7 +5,9 @@
 #   arrives (the worker's live status page and metrics are on http://127.0.0.1:$TELESUM_METRICS_PORT/status
 #   and /metrics meanwhile), then stop the worker (SIGTERM: drain and commit) and the broker.
 #   Beside it, an alarm storm (`telesum produce --profile storm`: dev-1's power loss and the 12 elements
-#   behind it, plus unrelated alarms far away) becomes its incidents: a second worker with
+#   behind it, plus unrelated alarms far away) becomes its incidents. No one hands it the cause graph:
+#   `telesum incidents learn` learns it first from the network's past (`--profile storm-history`), then a
+#   second worker with
 #   TELESUM_INCIDENT_TOPIC (and TELESUM_INCIDENT_ONLY: no model, no per-alarm summaries, which would take
 #   the CPU minutes for 200 alarms) groups it, and the demo prints its open/update/resolve events.
 # Usage: scripts/demo.sh [COUNT]     (COUNT sample records, default 8)
@@ -64,14 +66,26 @@ telesum worker >.cache/demo-worker.log 2>&1 &
 worker_pid=$!
 echo "==> status page: $HTTP/status   metrics: $HTTP/metrics   readiness: $HTTP/readyz"
 
+echo "==> learning the storm network's cause graph from two weeks of its past alarms (no rules file given)"
+telesum produce --profile storm-history --count 3000 -o .cache/demo-history.jsonl 2>/dev/null
+telesum incidents learn .cache/demo-history.jsonl --topology docs/examples/storm-topology.csv \
+    -o .cache/demo-learned-rules.csv --report .cache/demo-learned-report.json
+python - .cache/demo-learned-report.json <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+for e in report["edges"]:
+    print(f"    {e['cause']} -> {e['effect']}: {e['cause']} near {e['cause_with_effect']:.0%} of {e['effect']}'s alarms, "
+          f"{e['effect']} near {e['effect_with_cause']:.0%} of {e['cause']}'s; {e['cooccurrences']} co-occurrences, "
+          f"{e['lift']:.0f}x chance")
+PY
 echo "==> an alarm storm: $STORM VES faults to $ALARMS, keyed by site; an incidents-only worker groups them"
-echo "    (topology and rules: docs/examples/storm-*.csv; log: .cache/demo-incidents.log)"
+echo "    (topology: docs/examples/storm-topology.csv, causes: the graph just learned; log: .cache/demo-incidents.log)"
 telesum produce --profile storm --count "$STORM" --topic "$ALARMS"
 # An hour without an alarm resolves an incident by default; 20 s here so the demo sees its incidents end
 # (longer than the storm's gaps: 15 s between the unrelated alarms).
 TELESUM_INPUT_TOPIC="$ALARMS" TELESUM_DLQ_TOPIC="$ALARMS.dlq" TELESUM_GROUP_ID="$RUN_ID-storm" \
 TELESUM_METRICS_PORT=0 TELESUM_INCIDENT_TOPIC="$INCIDENTS" TELESUM_INCIDENT_ONLY=true \
-TELESUM_INCIDENT_TOPOLOGY=docs/examples/storm-topology.csv TELESUM_INCIDENT_RULES=docs/examples/storm-rules.csv \
+TELESUM_INCIDENT_TOPOLOGY=docs/examples/storm-topology.csv TELESUM_INCIDENT_LEARNED_RULES=.cache/demo-learned-rules.csv \
 TELESUM_INCIDENT_IDLE_S=20 telesum worker >.cache/demo-incidents.log 2>&1 &
 incident_pid=$!
 

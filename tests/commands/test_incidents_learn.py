@@ -104,3 +104,13 @@ def test_learn_from_a_topic_a_foreign_producer_filled(history_files, tmp_path, k
                  "--topology", str(topology), "-o", str(rules), "--report", str(report)]) == EXIT_OK
     assert load_rules(rules).direct == {"POWER": {"Radio link 1"}}
     assert json.loads(report.read_text())["messages"] == len(lines)
+
+
+def test_learn_from_the_demo_storm_networks_past_finds_the_experts_rules(tmp_path):
+    history, rules = tmp_path / "history.jsonl", tmp_path / "rules.csv"
+    assert main(["produce", "--profile", "storm-history", "--count", "3000", "-o", str(history)]) == EXIT_OK
+    assert main(["incidents", "learn", str(history), "--topology", "docs/examples/storm-topology.csv",
+                 "-o", str(rules)]) == EXIT_OK
+    learned, experts = load_rules(rules), load_rules("docs/examples/storm-rules.csv")
+    assert learned.direct == {"A1": {"A2"}, "A2": {"A3"}}
+    assert learned.effects_of == experts.effects_of  # the same causes, read transitively

@@ -21,8 +21,9 @@ __all__ = ["KINDS", "PROFILES", "REAL_PROFILES", "STORM_PROFILES", "count_words"
 # application logs, TS 28.532 PM files and VES alarms named outside specificProblem (`real-formats`).
 REAL_PROFILES = ("real", "real-long", "real-formats")
 
-# An alarm storm with a known root cause, for the incidents (`storm.py`); its records are keyed by site.
-STORM_PROFILES = ("storm",)
+# An alarm storm with a known root cause, and its network's past to learn from, for the incidents
+# (`storm.py`); their records are keyed by site.
+STORM_PROFILES = ("storm", "storm-history")
 
 _MAKERS = {"ves": ves.make, "syslog": syslog.make, "pm": pm.make, "trace": trace.make}
 
@@ -35,9 +36,9 @@ def iter_generate(n: int | None, profile: str = "mixed", seed: int = 0,
         yield from _iter_real(n, profile, seed)
         return
     if profile in STORM_PROFILES:
-        from worker.samples.storm import storm_records
+        from worker.samples.storm import storm_history_records, storm_records
 
-        yield from storm_records(n, seed)
+        yield from (storm_records if profile == "storm" else storm_history_records)(n, seed)
         return
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES + REAL_PROFILES)}")

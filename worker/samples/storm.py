@@ -7,6 +7,13 @@ unrelated alarm far away (`dev-90`..`dev-93`, `A4`, high temperature), its own i
 rules that explain it are docs/examples/storm-topology.csv and storm-rules.csv (`TOPOLOGY`, `RULES`).
 Every record carries `source` = its site (`site-1`, the unrelated ones `site-9`): key producers by it
 so a storm's alarms meet in one partition (docs/incidents.md). Record i depends only on (seed, i).
+
+`telesum produce --profile storm-history` is the same network's past, to learn its cause graph from
+(`telesum incidents learn`): an event every 40-80 minutes at a random hub of `HUBS` (dev-1 and the
+hops-1 elements, each a hub of the elements behind it): a power loss (`A1`) that takes some of the
+hub's links down (`A2` on its neighbours, a few seconds before or after it: the link alarms need no
+integration time) and the cells behind them (`A3`), or a power dip the hub rides through on its
+batteries (`A1` alone); now and then a temperature alarm far away (`A4`). One alarm per record.
 """
 
 from __future__ import annotations
@@ -57,7 +64,8 @@ def storm_records(n: int | None, seed: int = 0) -> Iterator[tuple[TelemetryRecor
         index += 1
 
 
-def _record(index: int, element: str, alarm_type: str, at: datetime) -> tuple[TelemetryRecord, Facts]:
+def _record(index: int, element: str, alarm_type: str, at: datetime,
+            prefix: str = "storm") -> tuple[TelemetryRecord, Facts]:
     problem, severity, keyword = _TYPES[alarm_type]
     stamp = int(at.timestamp() * MICRO)
     header = {"domain": "fault", "eventId": f"storm{index:09d}", "eventName": f"Fault_MW_{alarm_type}",
@@ -67,8 +75,45 @@ def _record(index: int, element: str, alarm_type: str, at: datetime) -> tuple[Te
     fields = {"alarmCondition": alarm_type, "eventSeverity": severity, "eventSourceType": "microwave",
               "faultFieldsVersion": "4.0", "specificProblem": problem, "vfStatus": "Active"}
     site = "site-9" if element in FAR else "site-1"
-    record = TelemetryRecord(id=f"storm-{index:06d}", kind="ves",
+    record = TelemetryRecord(id=f"{prefix}-{index:06d}", kind="ves",
                              body={"event": {"commonEventHeader": header, "faultFields": fields}},
                              source=site, timestamp=iso_ms(at), attributes={"format": "ves-7.2.1"})
     facts = truth(element, severity.lower(), problem, [keyword], at, at, 1, alarmCondition=alarm_type)
     return record, facts
+
+
+HISTORY_START = START - timedelta(days=14)
+
+
+def _hubs() -> dict[str, list[str]]:
+    """Each element with the elements one hop further from dev-1 (dev-1 -> hops 1 -> hops 2)."""
+    behind: dict[str, list[str]] = {ROOT: list(HOPS_1)}
+    for a, b in TOPOLOGY:
+        if a in HOPS_1:
+            behind.setdefault(a, []).append(b)
+    return behind
+
+
+def storm_history_records(n: int | None, seed: int = 0) -> Iterator[tuple[TelemetryRecord, Facts]]:
+    """(record, facts) for records 0..n-1 of the network's past (see the module docstring)."""
+    hubs = _hubs()
+    index, event, at = 0, 0, HISTORY_START
+    while n is None or index < n:
+        rng = random.Random(f"{seed}:storm-history:{event}")
+        at += timedelta(seconds=rng.uniform(2400, 4800))
+        hub = rng.choice(list(hubs))
+        alarms = [(hub, "A1", at)]
+        if rng.random() < 0.7:  # the links go down; else the hub rides the dip through on its batteries
+            for element in hubs[hub]:
+                if rng.random() < 0.8:
+                    alarms.append((element, "A2", at + timedelta(seconds=rng.uniform(-8, 8))))
+                    for cell in hubs.get(element, ()):
+                        alarms.append((cell, "A3", at + timedelta(seconds=rng.uniform(-5, 20))))
+        if rng.random() < 0.3:
+            alarms.append((rng.choice(FAR), "A4", at + timedelta(seconds=rng.uniform(600, 1800))))
+        for element, alarm_type, when in sorted(alarms, key=lambda a: a[2]):
+            if n is not None and index >= n:
+                return
+            yield _record(index, element, alarm_type, when, prefix="storm-history")
+            index += 1
+        event += 1
