@@ -29,8 +29,9 @@ PATH="$PWD/.venv/bin:$PATH"
 started_broker=0
 worker_pid=""
 incident_pid=""
+alerting_pids=""   # the Alertmanager block's receiver and Alertmanager
 cleanup() {
-    for pid in $worker_pid $incident_pid; do
+    for pid in $worker_pid $incident_pid $alerting_pids; do
         if kill -0 "$pid" 2>/dev/null; then
             kill -TERM "$pid" 2>/dev/null || true
             wait "$pid" 2>/dev/null || true
@@ -65,6 +66,43 @@ mkdir -p .cache
 telesum worker >.cache/demo-worker.log 2>&1 &
 worker_pid=$!
 echo "==> status page: $HTTP/status   metrics: $HTTP/metrics   readiness: $HTTP/readyz"
+
+# --- Alertmanager (issue 41): the storm's incidents also go to a real Alertmanager, whose webhook receiver
+# records what it is sent (printed at the end). Only where scripts/alertmanager.sh has built one (setup.sh
+# does where Go is installed).
+ALERTMANAGER_BIN="$(scripts/alertmanager.sh path 2>/dev/null || true)"
+if [ -n "$ALERTMANAGER_BIN" ]; then
+    AM_PORT="${TELESUM_DEMO_ALERTMANAGER_PORT:-19093}" HOOK_PORT=$(( ${TELESUM_DEMO_ALERTMANAGER_PORT:-19093} + 1 ))
+    rm -f .cache/demo-webhook.jsonl
+    python - "$HOOK_PORT" .cache/demo-webhook.jsonl <<'PY' &
+import sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+class Hook(BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        with open(sys.argv[2], "ab") as out:
+            out.write(body.strip() + b"\n")
+        self.send_response(200)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+HTTPServer(("127.0.0.1", int(sys.argv[1])), Hook).serve_forever()
+PY
+    alerting_pids="$!"
+    mkdir -p .cache/demo-alertmanager
+    sed "s#http://telesum-webhook:9094/hook#http://127.0.0.1:$HOOK_PORT/hook#" deploy/alertmanager/alertmanager.yml \
+        > .cache/demo-alertmanager/alertmanager.yml
+    "$ALERTMANAGER_BIN" --config.file=.cache/demo-alertmanager/alertmanager.yml \
+        --storage.path=.cache/demo-alertmanager/data --web.listen-address="127.0.0.1:$AM_PORT" \
+        --cluster.listen-address= --log.level=warn >.cache/demo-alertmanager.log 2>&1 &
+    alerting_pids="$alerting_pids $!"
+    export TELESUM_ALERTMANAGER_URL="http://127.0.0.1:$AM_PORT"   # the incidents-only worker below posts there
+    echo "==> Alertmanager on $TELESUM_ALERTMANAGER_URL (route: deploy/alertmanager/alertmanager.yml), its webhook"
+    echo "    receiver writing .cache/demo-webhook.jsonl"
+else
+    echo "==> no Alertmanager built (scripts/alertmanager.sh build, needs Go): the incidents go to Kafka only"
+fi
+# --- end of the Alertmanager block
 
 echo "==> learning the storm network's cause graph from two weeks of its past alarms (no rules file given)"
 telesum produce --profile storm-history --count 3000 -o .cache/demo-history.jsonl 2>/dev/null
@@ -127,6 +165,24 @@ PY
     tail -n 40 .cache/demo-incidents.log >&2
     exit 1
 fi
+# --- Alertmanager (issue 41): what its webhook receiver got for the storm: one page per incident, then its
+# resolution (the route's group_wait and group_interval: a few seconds).
+if [ -n "$ALERTMANAGER_BIN" ]; then
+    sleep 3
+    echo "==> what Alertmanager sent its webhook receiver for the storm:"
+    python - .cache/demo-webhook.jsonl <<'PY' || true
+import json, sys
+for line in open(sys.argv[1]):
+    note = json.loads(line)
+    for a in note["alerts"]:
+        labels, text = a["labels"], a["annotations"]
+        print(f"    {a['status']:8} {labels['incident_id']}  root cause {labels['root_alarm_type']} on "
+              f"{labels['root_element']}  ({text['alarms']} alarms; {text['root_cause_reason']})")
+        print(f"             {text['summary']}")
+PY
+fi
+# --- end of the Alertmanager block
+
 echo "==> stopping the workers (drain and commit)"
 kill -TERM "$worker_pid" "$incident_pid"
 wait "$worker_pid"

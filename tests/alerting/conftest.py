@@ -29,13 +29,18 @@ def receiver():
 
 
 @pytest.fixture
-def alertmanager(tmp_path, receiver):
-    """A real Alertmanager. Without one cached and without Go to build it: skipped, but failed in CI
-    (.ci/run builds it and sets REQUIRE_ALERTMANAGER_TESTS)."""
+def alertmanager_binary_or_skip():
+    """Without an Alertmanager cached and without Go to build it: skipped, but failed in CI (.ci/run builds
+    it and sets REQUIRE_ALERTMANAGER_TESTS)."""
     if alertmanager_binary() is None and shutil.which("go") is None:
         if os.environ.get("REQUIRE_ALERTMANAGER_TESTS"):
             pytest.fail("no Alertmanager and no Go to build it (scripts/alertmanager.sh build)")
         pytest.skip("no Alertmanager cached and no Go to build it (scripts/alertmanager.sh build)")
+
+
+@pytest.fixture
+def alertmanager(tmp_path, receiver, alertmanager_binary_or_skip):
+    """A real Alertmanager on a free loopback port, its webhook receiver `receiver`."""
     am = Alertmanager(tmp_path / "alertmanager", receiver)
     am.start()
     yield am

@@ -45,7 +45,8 @@ class Recorder:
                     time.sleep(recorder.delay_s)
                 with recorder._lock:
                     recorder.posts.append({"path": self.path, "headers": dict(self.headers),
-                                           "body": json.loads(body or b"null"), "at": time.monotonic()})
+                                           "body": json.loads(body or b"null"), "at": time.monotonic(),
+                                           "wall": time.time()})
                     status = recorder.status
                 self.send_response(status)
                 self.send_header("Content-Length", "0")
