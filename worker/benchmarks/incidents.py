@@ -51,8 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--learn", action="store_true",
                         help="learn the cause graph from the history outside the busiest 2 h, replay those 2 h with "
                              "it, side by side with TTPM and the baselines (incidents_learn.py)")
-    parser.add_argument("--ttpm", action="store_true",
-                        help="--learn: run gCastle's TTPM here (slow; needs gcastle) instead of quoting its committed result")
+    parser.add_argument("--ttpm-python", default=None, metavar="PYTHON",
+                        help="--learn: run gCastle's TTPM now with this Python (one with gcastle; slow) instead of "
+                             "quoting its committed result (worker/benchmarks/incidents_ttpm.py)")
     parser.add_argument("--broker", metavar="HOST:PORT", default=None,
                         help="replay through this broker and a telesum worker --incident-only (incidents_broker.py)")
     parser.add_argument("--hours", type=float, default=6.0, help="--broker: the busiest hours replayed paced")

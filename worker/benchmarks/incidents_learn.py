@@ -7,7 +7,8 @@ the worker runs live and `telesum incidents learn` runs offline (`worker/inciden
 
 - the learned graph against the experts' `DAG.npy`: precision, recall and F1 of directed edges, beside
   TTPM's (its committed result, `bench/results/incidents_ttpm.json`, made by
-  `worker/benchmarks/incidents_ttpm.py`, or run here with `--ttpm` where gcastle is installed);
+  `worker/benchmarks/incidents_ttpm.py`, or run now with `--ttpm-python` naming a Python that has
+  gcastle: it lives in a virtual environment of its own);
 - the window replayed through the room with topology and, in turn: the experts' rules (the reference),
   the learned graph only (a file, as `TELESUM_INCIDENT_LEARNED_RULES`, no live learning), the learned
   graph and live learning (the worker's way), live learning from nothing, TTPM's graph as rules, the
@@ -23,6 +24,8 @@ import datetime as dt
 import json
 import os
 import platform
+import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -66,22 +69,24 @@ def edge_scores(edges: set[tuple[str, str]], dag: np.ndarray) -> dict:
             "recall": round(recall, 4), "f1": round(f1, 4)}
 
 
-def ttpm_reference(args, train: np.ndarray, topology_matrix: np.ndarray, dag: np.ndarray) -> dict | None:
-    """TTPM's edges and figures: run here with --ttpm, else its committed result (with its date)."""
-    if getattr(args, "ttpm", False):
-        from worker.benchmarks.incidents_ttpm import learn_ttpm
-
-        found = learn_ttpm(train, topology_matrix, dag.shape[0])
-        edges = {(type_name(a), type_name(b)) for a, b in found["edges"]}
-        return {"source": "run here (--ttpm)", "seconds": round(found["seconds"], 1),
-                "parameters": found["parameters"], "graph": edge_scores(edges, dag), "edge_list": sorted(edges)}
-    if not TTPM_RESULT.is_file():
+def ttpm_reference(args, dag: np.ndarray) -> dict | None:
+    """TTPM's graph and figures on the same training alarms: run now with `--ttpm-python` (a Python
+    with gcastle, in its own process: `incidents_ttpm.py`), else its committed result, full training
+    set at TTPM's defaults preferred; None when there is neither."""
+    path = TTPM_RESULT
+    if getattr(args, "ttpm_python", None):
+        path = Path(tempfile.mkdtemp()) / "ttpm.json"
+        subprocess.run([args.ttpm_python, "-m", "worker.benchmarks.incidents_ttpm", "--data", str(args.data),
+                        "--out", str(path)], check=True)
+    if not path.is_file():
         return None
-    saved = json.loads(TTPM_RESULT.read_text())
-    edges = {(type_name(a), type_name(b)) for a, b in saved["edges"]}
-    return {"source": f"{TTPM_RESULT.name} ({saved.get('date')}, {saved.get('command')})",
-            "seconds": saved.get("seconds"), "parameters": saved.get("parameters"),
-            "graph": edge_scores(edges, dag), "edge_list": sorted(edges)}
+    saved = json.loads(path.read_text())
+    runs = sorted(saved["runs"], key=lambda r: (not r.get("ttpm_defaults"), "day" in r["label"]))
+    run = runs[0]
+    edges = {(type_name(a), type_name(b)) for a, b in run["edges"]}
+    return {"source": "run now (--ttpm-python)" if path != TTPM_RESULT else f"{TTPM_RESULT.name}: {run['label']}",
+            "date": run.get("date"), "command": run.get("command"), "seconds": run.get("seconds"),
+            "parameters": run.get("parameters"), "graph": edge_scores(edges, dag), "edge_list": sorted(edges)}
 
 
 def per_day(result: dict, rows: np.ndarray, rules: CauseRules) -> list[dict]:
@@ -114,7 +119,7 @@ def run_learn(args, figures, load_alarms, replay) -> int:
     learned = learner.rules()
     graph_edges = {(e.cause, e.effect) for e in learner.edges()}
     alone, alone_s = learn(train, None)
-    ttpm = ttpm_reference(args, train, topology_matrix, dag)
+    ttpm = ttpm_reference(args, dag)
 
     def room(**config) -> dict:
         return figures(replay(RoomConfig(**config), window), window, topology, expert)
@@ -135,7 +140,8 @@ def run_learn(args, figures, load_alarms, replay) -> int:
     live = {"seconds": round(time.perf_counter() - live_started, 1), "per_day": per_day(six_days, rows, expert),
             "whole": figures(six_days, rows, topology, expert)}
     report = {
-        "command": "telesum bench incidents --learn" + (" --ttpm" if getattr(args, "ttpm", False) else "")
+        "command": "telesum bench incidents --learn" + (" --ttpm-python " + args.ttpm_python
+                                                         if getattr(args, "ttpm_python", None) else "")
                    + (f" --out {args.out}" if args.out else ""),
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
@@ -152,7 +158,7 @@ def run_learn(args, figures, load_alarms, replay) -> int:
         "learned_without_topology": {"seconds": round(alone_s, 2),
                                      "graph": edge_scores({(e.cause, e.effect) for e in alone.edges()}, dag)},
         "ttpm": {k: v for k, v in ttpm.items() if k != "edge_list"} if ttpm is not None else
-                "no committed result and no --ttpm (bench/results/incidents_ttpm.json)",
+                "no committed result and no --ttpm-python (bench/results/incidents_ttpm.json)",
         "replayed_window": results,
         "live_learning_six_days": live,
     }
