@@ -23,6 +23,8 @@ class Plan:
     hostile_scale: str = "ci"      # hostile: "ci" or "full" (faults_hostile.CI / FULL)
     window_s: float = 1.0          # log-lines: the worker's --window-s
     window_max_lines: int = 16     # log-lines: the worker's --window-max-lines
+    stall_s: float = 60.0          # a partition idle this long while it holds an unanswered input stalled
+    defaults: bool = False         # the worker as users start it: embedded model, default settings
 
 
 def fault_schedule(plan: Plan, total: int, can_restart_broker: bool) -> list[tuple[str, float]]:

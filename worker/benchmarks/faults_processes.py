@@ -16,13 +16,19 @@ class WorkerProcess:
     """A `telesum worker` subprocess (tiny model on CPU) writing its log to `log_path`."""
 
     def __init__(self, bootstrap: str, topics: tuple[str, str, str], group: str, worker_id: str,
-                 tokenizer: Path, log_path: Path, guarantee: str, extra: dict[str, str]) -> None:
+                 tokenizer: Path, log_path: Path, guarantee: str, extra: dict[str, str], *,
+                 defaults: bool = False) -> None:
+        """defaults: the worker as users start it (the embedded model, every other setting at its
+        default) instead of the tiny random-weight model with short group timeouts."""
         inp, out, dlq = topics
         args = {"bootstrap-servers": bootstrap, "input-topic": inp, "output-topic": out, "dlq-topic": dlq,
-                "group-id": group, "worker-id": worker_id, "model": "tiny", "tokenizer": str(tokenizer),
-                "device": "cpu", "max-new-tokens": "4", "token-budget": "4096", "max-context": "2048",
-                "session-timeout-ms": "6000", "heartbeat-interval-ms": "500", "commit-interval-s": "0.2",
-                "drain-timeout-s": "30", "processing-guarantee": guarantee, **extra}
+                "group-id": group, "worker-id": worker_id, "processing-guarantee": guarantee}
+        if not defaults:
+            args |= {"model": "tiny", "tokenizer": str(tokenizer), "device": "cpu", "max-new-tokens": "4",
+                     "token-budget": "4096", "max-context": "2048", "session-timeout-ms": "6000",
+                     "heartbeat-interval-ms": "500", "commit-interval-s": "0.2", "drain-timeout-s": "30"}
+        args |= extra
+        self.args = args
         cmd = [sys.executable, "-m", "worker.cli", "worker"] + [x for k, v in args.items() for x in (f"--{k}", v)]
         self.log_path = log_path
         self._log = open(log_path, "ab")

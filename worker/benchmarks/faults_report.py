@@ -1,5 +1,6 @@
 """The report of one `telesum bench faults` scenario: what is missing or duplicated, how fast the
-inputs were answered, and what became of the huge record."""
+inputs were answered (each kind's time to first answer, the partitions idle while they had work:
+`faults_latency`), and what became of the huge record."""
 
 from __future__ import annotations
 
@@ -9,18 +10,24 @@ import msgspec
 import numpy as np
 
 from worker.benchmarks.faults_answers import AnswerReader
+from worker.benchmarks.faults_latency import first_answer_s, idle_with_work, stalled
 from worker.benchmarks.faults_plan import Plan
 
 
 def scenario_report(plan: Plan, answers: AnswerReader, sent: dict[tuple[int, int], tuple[float, int]], *,
                     total: int, topics: tuple[str, str, str], with_huge: bool, logs: list[Path],
-                    done_faults: list[tuple[str, int]], codes: list[int], finished_s: float) -> dict:
-    """Missing inputs, duplicates, latencies (answer time minus produce time), faults and exit codes."""
+                    done_faults: list[tuple[str, int]], codes: list[int], finished_s: float,
+                    kinds: dict[tuple[int, int], str] | None = None, ended_at: float | None = None) -> dict:
+    """Missing inputs, duplicates, latencies (answer time minus produce time) per kind, the partitions
+    idle with work (stalled past plan.stall_s), faults and exit codes."""
     huge_key = next((k for k, (_, size) in sent.items() if size >= plan.huge_bytes), None) if with_huge else None
     latencies = {k: min(ts) - sent[k][0] for k, ts in answers.times.items() if k in sent}
     answered_at = sorted(min(ts) for ts in answers.times.values())
     short = [v for k, v in latencies.items() if k != huge_key]
     aborts = sum(Path(p).read_text(errors="replace").count("terminate called") for p in logs)
+    first = {k: min(ts) for k, ts in answers.times.items()}
+    answer_kinds = {k: "dead_letter" if topic == topics[2] else "summary" for k, (topic, _) in answers.first.items()}
+    idle = idle_with_work(sent, first, ended_at if ended_at is not None else max(first.values(), default=0.0))
     return {
         "guarantee": plan.guarantee, "inputs": total, "answered": len(set(answers.times) & set(sent)),
         "missing": sorted(set(sent) - set(answers.times)),
@@ -31,6 +38,10 @@ def scenario_report(plan: Plan, answers: AnswerReader, sent: dict[tuple[int, int
         "records_per_s": round((len(answered_at) - 1) / (answered_at[-1] - answered_at[0]), 2)
         if len(answered_at) > 1 and answered_at[-1] > answered_at[0] else None,
         "short_latency_s": {"p50": _pct(short, 50), "p99": _pct(short, 99), "max": max(short, default=None)},
+        "first_answer_s": first_answer_s(sent, kinds or {}, first, answer_kinds),
+        "idle_with_work_s": idle,
+        "stalled_partitions": stalled(idle, plan.stall_s),
+        "stall_s": plan.stall_s,
         "huge_latency_s": latencies.get(huge_key) if huge_key else None,
         "huge_answer": _describe(answers.first.get(huge_key), topics) if huge_key else None,
         "reader_error": repr(answers.error) if answers.error else None,

@@ -12,6 +12,7 @@ from pathlib import Path
 from worker.benchmarks.faults_answers import AnswerReader
 from worker.benchmarks.faults_hostile import Bomb
 from worker.benchmarks.faults_inputs import inputs
+from worker.benchmarks.faults_latency import input_kind
 from worker.benchmarks.faults_plan import Plan, fault_schedule
 from worker.benchmarks.faults_processes import WorkerProcess, make_topics
 from worker.benchmarks.faults_report import scenario_report
@@ -27,17 +28,20 @@ def run_plan(plan: Plan, bootstrap: str, tokenizer: Path, work_dir: Path, *, wit
     answers = AnswerReader(bootstrap, [topics[1], topics[2]])
     answers.start()
     logs = []
+    worker_args: dict[str, str] = {}  # what the workers were started with, for the report
 
     def start(worker_id: str) -> WorkerProcess:
         logs.append(work_dir / f"{group}-{worker_id}-{len(logs)}.log")
         extra = dict(plan.worker_args)
-        if plan.stream in ("log-lines", "hostile"):
+        if plan.stream in ("log-lines", "hostile") and not plan.defaults:
             extra = {"window-s": str(plan.window_s), "window-max-lines": str(plan.window_max_lines), **extra}
         if plan.stream == "hostile":
             scale = hostile_scale(plan)
             extra = {"max-batch-bytes": str(scale.max_batch_bytes), "max-items-per-message": str(scale.max_items),
                      **extra}
-        worker = WorkerProcess(bootstrap, topics, group, worker_id, tokenizer, logs[-1], plan.guarantee, extra)
+        worker = WorkerProcess(bootstrap, topics, group, worker_id, tokenizer, logs[-1], plan.guarantee, extra,
+                               defaults=plan.defaults)
+        worker_args.update(worker.args)
         memory.watch(worker)
         return worker
 
@@ -49,6 +53,7 @@ def run_plan(plan: Plan, bootstrap: str, tokenizer: Path, work_dir: Path, *, wit
         memory.idle_kb = memory.rss_kb(main)
     memory.start()
     sent: dict[tuple[int, int], tuple[float, int]] = {}  # (partition, offset) -> (produced at, bytes)
+    kinds: dict[tuple[int, int], str] = {}               # (partition, offset) -> faults_latency.input_kind
     t0 = time.time()
 
     def produce() -> None:  # beside the faults, at plan.produce_rate
@@ -59,12 +64,14 @@ def run_plan(plan: Plan, bootstrap: str, tokenizer: Path, work_dir: Path, *, wit
             if plan.produce_rate > 0:
                 time.sleep(max(0.0, t0 + i / plan.produce_rate - time.time()))
             if isinstance(value, Bomb):
-                futures += send_bomb(bootstrap, topics[0], value, key, plan.timeout_s)
+                futures += [(*sent_bomb, key) for sent_bomb in send_bomb(bootstrap, topics[0], value, key,
+                                                                         plan.timeout_s)]
                 continue
-            futures.append((producer.send(topics[0], value=value, key=key, headers=headers), len(value)))
-        for future, size in futures:
+            futures.append((producer.send(topics[0], value=value, key=key, headers=headers), len(value), key))
+        for future, size, key in futures:
             meta = future.get(timeout=plan.timeout_s)
             sent[(meta.partition, meta.offset)] = (meta.timestamp / 1000.0, size)
+            kinds[(meta.partition, meta.offset)] = input_kind(key)
         producer.close()
 
     producing = threading.Thread(target=produce, name="faults-produce", daemon=True)
@@ -107,8 +114,12 @@ def run_plan(plan: Plan, bootstrap: str, tokenizer: Path, work_dir: Path, *, wit
     answers.stop_event.set()
     answers.join(30)
     report = scenario_report(plan, answers, sent, total=total, topics=topics, with_huge=with_huge, logs=logs,
-                             done_faults=done_faults, codes=codes, finished_s=finished_s)
+                             done_faults=done_faults, codes=codes, finished_s=finished_s, kinds=kinds,
+                             ended_at=t0 + finished_s)
     report["worker_exits"] = exits  # processes that stopped before the harness killed or stopped them
+    report["worker_args"] = {k: v for k, v in worker_args.items()
+                             if k not in ("bootstrap-servers", "input-topic", "output-topic", "dlq-topic", "group-id",
+                                          "worker-id", "tokenizer")}
     if plan.stream == "hostile":
         report["memory_mb"] = memory.report()
     return report
