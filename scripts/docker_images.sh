@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds telesum's images locally, FROM the base image scripts/docker_start.sh made (nothing pulled):
-#   scripts/docker_images.sh [kafka] [worker] [prometheus]     (default: all three)
+#   scripts/docker_images.sh [kafka] [worker] [prometheus] [alertmanager]   (default: the first three)
 #   kafka       telesum/kafka:$KAFKA_VERSION   the broker jars of scripts/kafka.sh on Debian's Java
 #   worker      telesum:latest                 the worker's Dockerfile on Debian's Python
 #   prometheus  telesum/prometheus:latest      Debian's Prometheus package
+#   alertmanager telesum/alertmanager:v0.35.0  the Alertmanager scripts/alertmanager.sh builds (needs Go once)
 # Prints each build's time. Environment: TELESUM_BASE_IMAGE (default telesum/bookworm-ca).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +38,16 @@ kafka_image() {
     rm -rf "$context"
 }
 
+alertmanager_image() {
+    local binary context
+    binary="$(scripts/alertmanager.sh build)"
+    context="$(mktemp -d)"
+    cp -r deploy/alertmanager/. "$context/"
+    cp "$binary" "$context/alertmanager"
+    build "telesum/alertmanager:v0.35.0" "$context"
+    rm -rf "$context"
+}
+
 mkdir -p "$CACHE/docker"
 for image in "${@:-kafka worker prometheus}"; do
     for name in $image; do
@@ -44,7 +55,8 @@ for image in "${@:-kafka worker prometheus}"; do
             kafka) kafka_image ;;
             worker) build telesum:latest . ;;
             prometheus) build telesum/prometheus:latest deploy/prometheus ;;
-            *) die "unknown image '$name' (kafka, worker or prometheus)" ;;
+            alertmanager) alertmanager_image ;;
+            *) die "unknown image '$name' (kafka, worker, prometheus or alertmanager)" ;;
         esac
     done
 done

@@ -38,6 +38,8 @@ SUPERVISOR_PID = declare("TELESUM_SUPERVISOR_PID", "worker.commands.supervisor",
 CACHE = declare("TELESUM_CACHE", "scripts/kafka.sh", "where the local broker's jars and state live "
                                                      "(default ~/.cache/telesum)")
 TEST_KAFKA_PORT = declare("TELESUM_TEST_KAFKA_PORT", "tests/conftest.py", "port of the tests' local broker (default 9092)")
+DEMO_ALERTMANAGER_PORT = declare("TELESUM_DEMO_ALERTMANAGER_PORT", "scripts/demo.sh",
+                                 "port of the demo's Alertmanager (default 19093; its webhook receiver's is the next)")
 FAULTS_KAFKA_PORT = declare("TELESUM_FAULTS_KAFKA_PORT", "worker.benchmarks.faults",
                             "port of the broker `telesum bench faults` starts and restarts (default 19193)")
 
@@ -52,6 +54,8 @@ for _name, _help in (
         ("TELESUM_WORKER_PORT", "compose: the worker's HTTP port published on 127.0.0.1"),
         ("TELESUM_PROMETHEUS_PORT", "compose: Prometheus's port published on 127.0.0.1"),
         ("TELESUM_GRAFANA_PORT", "compose: Grafana's port published on 127.0.0.1"),
+        ("TELESUM_ALERTMANAGER_IMAGE", "compose: the Alertmanager image of the alerting profile"),
+        ("TELESUM_ALERTMANAGER_PORT", "compose: Alertmanager's port published on 127.0.0.1"),
         ("TELESUM_BASE_IMAGE", "scripts/docker_start.sh: the name of the locally built Debian base image"),
         ("TELESUM_TEST_KAFKA_IMAGE", "tests/conftest.py: the Kafka image testcontainers starts (default telesum/kafka)")):
     declare(_name, "compose.yaml / scripts/docker_*.sh", _help)
