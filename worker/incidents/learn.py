@@ -178,9 +178,13 @@ class CauseLearner:
             del self._raised[key]
 
     def _drop_rare_pairs(self) -> None:
+        """The rarer half of the pairs goes (those counted as often as the median or less): a pair that
+        rare is far from the evidence an edge needs."""
         for counts in (self.near, self.chance):
-            for pair in [p for p, n in counts.items() if n <= 1]:
-                del counts[pair]
+            if counts:
+                median = sorted(counts.values())[len(counts) // 2]
+                for pair in [p for p, n in counts.items() if n <= median]:
+                    del counts[pair]
 
     def edges(self) -> list[LearnedEdge]:
         """The learned edges from the alarms counted so far, most co-occurrences first."""
