@@ -51,7 +51,7 @@ def alertmanager(tmp_path, receiver, alertmanager_binary_or_skip):
 def alerting_loop(kafka_bootstrap):
     """Factory: an in-process IncidentLoop (storm topology and rules) whose alerts go to `urls`; stopped
     (drained, its sender closed) at the end."""
-    running: list[tuple[threading.Thread, threading.Event]] = []
+    running: dict[int, tuple[threading.Thread, threading.Event]] = {}
 
     def start(inp, out, dlq, incidents, group, urls: str, idle_s: float = 20.0, resend_s: float = 2.0,
               **room) -> IncidentLoop:
@@ -63,10 +63,16 @@ def alerting_loop(kafka_bootstrap):
         stop = threading.Event()
         thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
         thread.start()
-        running.append((thread, stop))
+        running[id(loop)] = (thread, stop)
         return loop
 
+    def stop(loop: IncidentLoop) -> None:
+        thread, event = running.pop(id(loop))
+        event.set()
+        thread.join(30)
+
+    start.stop = stop
     yield start
-    for thread, stop in running:
-        stop.set()
+    for thread, event in running.values():
+        event.set()
         thread.join(30)

@@ -130,7 +130,7 @@ class Alertmanager:
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
 
-    def start(self, timeout_s: float = 30.0) -> None:
+    def start(self, timeout_s: float = 60.0) -> None:  # a few seconds, but a busy 2-core machine is slow
         log = open(self.folder / "alertmanager.log", "ab")
         self.process = subprocess.Popen(
             [str(self.binary), f"--config.file={self.folder / 'alertmanager.yml'}",
@@ -147,7 +147,8 @@ class Alertmanager:
                         return
             except OSError:
                 time.sleep(0.05)
-        raise RuntimeError("alertmanager did not become ready")
+        raise RuntimeError(f"alertmanager did not become ready in {timeout_s:.0f} s: "
+                           f"{(self.folder / 'alertmanager.log').read_text()[-2000:]}")
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

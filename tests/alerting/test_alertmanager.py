@@ -113,3 +113,23 @@ def test_alertmanager_stopped_for_a_while_gets_every_open_incident_back(
     assert wait_until(lambda: {a["labels"]["incident_id"] for a in alertmanager.alerts(active=True)} == opened, 15)
     assert wait_until(lambda: set(by_incident(receiver)) == opened, 10)
     assert loop.alerts.stats().targets[0].pending == 0
+
+
+@pytest.mark.parametrize("state_topic", [None, "none"], ids=["restored", "recomputed"])
+def test_alertmanager_restarted_with_the_worker_gets_the_open_incidents_back_without_a_new_alarm(
+        kafka_bootstrap, topics, alertmanager, receiver, alerting_loop, state_topic):
+    inp, out, dlq, incidents = topics
+    group = f"g-{uuid.uuid4().hex}"
+    produce_storm(kafka_bootstrap, inp, 200)
+    first = alerting_loop(inp, out, dlq, incidents, group, alertmanager.url, idle_s=3600, resend_s=60,
+                          state_topic=state_topic)
+    events = read_events(kafka_bootstrap, incidents, lambda ev: sum(e["event"] == "open" for e in ev) >= 2)
+    opened = {e["incident_id"] for e in events if e["event"] == "open"}
+    assert wait_until(lambda: {a["labels"]["incident_id"] for a in alertmanager.alerts(active=True)} == opened, 15)
+    alerting_loop.stop(first)  # the worker stops (its alerts stay firing) ...
+    alertmanager.stop()        # ... and Alertmanager restarts: it has forgotten them
+    alertmanager.start()
+    assert alertmanager.alerts(active=True) == []
+    alerting_loop(inp, out, dlq, incidents, group, alertmanager.url, idle_s=3600, resend_s=60,
+                  state_topic=state_topic)  # no new alarm, a resend a minute away: the rooms' open incidents
+    assert wait_until(lambda: {a["labels"]["incident_id"] for a in alertmanager.alerts(active=True)} == opened, 20)
