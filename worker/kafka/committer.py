@@ -65,8 +65,8 @@ class Committer:
         return self.transactions.staged if self.transactions is not None else 0
 
     def answer(self, request: Request, output: Output) -> None:
-        """At-least-once: publish now (done once acknowledged). Exactly-once: done now, published
-        with its offset by the next transaction."""
+        """At-least-once: publish now (done once acknowledged). Exactly-once: done now, published by
+        the next transaction whose commit covers or lists every input it answers."""
         if self.transactions is None:
             self.publisher.send(request, output)
             return
@@ -135,6 +135,7 @@ class Committer:
                 settlements[tp] = found
         self.held_back = held
         if not settlements:
+            self.aborted = False  # e.g. what an aborted transaction carried belongs to a revoked partition now
             return
         offsets = {tp: s.position for tp, s in settlements.items()}
         metadata = {tp: s.metadata for tp, s in settlements.items()}
