@@ -1,5 +1,6 @@
 """The fault harness in its bounded CI form: real broker, tiny model, SIGKILLs and a rebalance; the hostile
-stream also through a broker restart."""
+stream also through a broker restart. No partition may stop answering: a stretch of STALL_S without an
+answer while two or more of its inputs wait fails (worker/benchmarks/faults_latency.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,15 @@ from worker.benchmarks.faults_scenario import run_plan
 
 pytestmark = pytest.mark.kafka
 
+# A SIGKILLed worker's successor starts (a few seconds of imports and model) and the group waits out the
+# dead member's 6 s session: tens of seconds on a loaded 2-core machine; a held partition waits minutes.
+STALL_S = 90.0
+
+
+def _no_stall(report: dict) -> None:
+    assert report["stalled_partitions"] == [], report["idle_with_work_s"]
+    assert report["first_answer_s"]["by_answer"]["dead_letter"]["count"] >= 10, report["first_answer_s"]
+
 
 # The harness bounds itself (timeout_s); pytest's default 300 s would cut it first on a loaded machine.
 @pytest.mark.timeout(600)
@@ -19,7 +29,7 @@ pytestmark = pytest.mark.kafka
 def test_faults_sigkills_and_rebalance_every_input_answered(kafka_bootstrap, tokenizer_dir, tmp_path, guarantee):
     # Inputs trickle in, so faults land while answers are still coming.
     plan = Plan(records=40, huge_bytes=256 * 1024, kills=2, rebalance=True, guarantee=guarantee, seed=3,
-                produce_rate=3.0, timeout_s=400)
+                produce_rate=3.0, timeout_s=400, stall_s=STALL_S)
     report = run_plan(plan, kafka_bootstrap, tokenizer_dir, tmp_path)
     assert report["reader_error"] is None
     assert report["missing"] == [], report
@@ -30,6 +40,7 @@ def test_faults_sigkills_and_rebalance_every_input_answered(kafka_bootstrap, tok
     drained = [c for c in report["exit_codes"] if c != -signal.SIGKILL]
     assert drained and all(c == 0 for c in drained), report["exit_codes"]
     assert report["huge_latency_s"] is not None
+    _no_stall(report)
 
 
 @pytest.mark.timeout(600)
@@ -37,7 +48,7 @@ def test_faults_log_line_windows_exactly_once_through_sigkills_and_rebalance(kaf
     # Lines of a dozen hosts trickle in; windows of 1 s / 16 lines are open when the faults land.
     # Without the huge record: its long summary is the other test's subject.
     plan = Plan(records=120, kills=2, rebalance=True, guarantee="exactly-once", seed=5, produce_rate=8.0,
-                timeout_s=500, stream="log-lines")
+                timeout_s=500, stream="log-lines", stall_s=STALL_S)
     report = run_plan(plan, kafka_bootstrap, tokenizer_dir, tmp_path, with_huge=False)
     assert report["reader_error"] is None
     assert report["missing"] == [], report
@@ -46,6 +57,7 @@ def test_faults_log_line_windows_exactly_once_through_sigkills_and_rebalance(kaf
     assert len(report["faults"]) == 4 and report["native_aborts"] == 0
     drained = [c for c in report["exit_codes"] if c != -signal.SIGKILL]
     assert drained and all(c == 0 for c in drained), report["exit_codes"]
+    _no_stall(report)
 
 
 # Its own broker (the harness restarts it), so not the suite's: 12 minutes at most on a loaded 2-core machine.
@@ -65,7 +77,8 @@ def test_faults_hostile_stream_answered_exactly_once_through_kills_rebalance_and
         port = s.getsockname()[1]
     args = argparse.Namespace(records=30, huge_mb=0.25, kills=2, guarantee="exactly-once", broker_port=port,
                               compare_huge=False, rate=4.0, latency_work_cap=0, stream="hostile", hostile_scale="ci",
-                              seed=1, timeout=560.0, out=tmp_path / "report.json")
+                              seed=1, timeout=560.0, out=tmp_path / "report.json", stall_s=STALL_S, defaults=False,
+                              no_rebalance=False, no_broker_restart=False)
     code = faults.run(args)
     report = json.loads(args.out.read_text())["scenarios"]["faults/exactly-once"]
     assert report["reader_error"] is None
@@ -73,6 +86,7 @@ def test_faults_hostile_stream_answered_exactly_once_through_kills_rebalance_and
     assert report["duplicates"] == 0 and report["worker_exits"] == 0 and report["native_aborts"] == 0
     assert sorted({fault for fault, _ in report["faults"]}) == ["broker", "kill", "rebalance", "unbalance"]
     assert report["memory_mb"]["peak_above_idle"] < 1024, report["memory_mb"]
+    _no_stall(report)
     assert code == 0
 
 

@@ -113,11 +113,9 @@ def _run(args: argparse.Namespace, kafka_sh) -> int:
         guarantees = ("exactly-once", "at-least-once") if args.guarantee == "both" else (args.guarantee,)
         for g in guarantees:
             plan = Plan(records=args.records, huge_bytes=int(args.huge_mb * (1 << 20)), kills=args.kills,
-                        rebalance=not getattr(args, "no_rebalance", False),
-                        broker_restart=not getattr(args, "no_broker_restart", False), guarantee=g, seed=args.seed,
-                        produce_rate=args.rate, timeout_s=args.timeout, stream=args.stream,
-                        hostile_scale=args.hostile_scale, stall_s=getattr(args, "stall_s", 60.0),
-                        defaults=getattr(args, "defaults", False))
+                        rebalance=not args.no_rebalance, broker_restart=not args.no_broker_restart, guarantee=g,
+                        seed=args.seed, produce_rate=args.rate, timeout_s=args.timeout, stream=args.stream,
+                        hostile_scale=args.hostile_scale, stall_s=args.stall_s, defaults=args.defaults)
             # the hostile stream brings its own huge line (faults_hostile): no huge record beside it
             report["scenarios"][f"faults/{g}"] = run_plan(plan, bootstrap, tokenizer, work,
                                                           with_huge=args.stream != "hostile",
@@ -142,10 +140,12 @@ def _run(args: argparse.Namespace, kafka_sh) -> int:
     print(text)
     if args.out:
         args.out.write_text(text + "\n")
-        if args.stream == "hostile":
-            from worker.benchmarks.faults_report import hostile_chart
+        from worker.benchmarks.faults_report import first_answer_chart, hostile_chart
 
+        if args.stream == "hostile":
             hostile_chart(report, args.out.with_suffix(".png"))
+        first_answer_chart(report["scenarios"], args.out.with_name(args.out.stem + "_first_answer.png"),
+                           report["command"])
     # A stall fails the fault scenarios; the --compare-huge runs send everything at once, so an idle
     # stretch there is queueing behind the whole load, reported only.
     bad = [name for name, s in report["scenarios"].items()

@@ -28,6 +28,7 @@ def scenario_report(plan: Plan, answers: AnswerReader, sent: dict[tuple[int, int
     first = {k: min(ts) for k, ts in answers.times.items()}
     answer_kinds = {k: "dead_letter" if topic == topics[2] else "summary" for k, (topic, _) in answers.first.items()}
     idle = idle_with_work(sent, first, ended_at if ended_at is not None else max(first.values(), default=0.0))
+    t_first = min((at for at, _ in sent.values()), default=0.0)
     return {
         "guarantee": plan.guarantee, "inputs": total, "answered": len(set(answers.times) & set(sent)),
         "missing": sorted(set(sent) - set(answers.times)),
@@ -39,6 +40,11 @@ def scenario_report(plan: Plan, answers: AnswerReader, sent: dict[tuple[int, int
         if len(answered_at) > 1 and answered_at[-1] > answered_at[0] else None,
         "short_latency_s": {"p50": _pct(short, 50), "p99": _pct(short, 99), "max": max(short, default=None)},
         "first_answer_s": first_answer_s(sent, kinds or {}, first, answer_kinds),
+        # every input: [partition, offset, kind, produced (s after the first), first answer (s after
+        # it was produced; None: never), answer kind]
+        "inputs_first_answer": [[p, o, (kinds or {}).get((p, o), "record"), round(at - t_first, 3),
+                                 round(first[(p, o)] - at, 3) if (p, o) in first else None,
+                                 answer_kinds.get((p, o))] for (p, o), (at, _) in sorted(sent.items())],
         "idle_with_work_s": idle,
         "stalled_partitions": stalled(idle, plan.stall_s),
         "stall_s": plan.stall_s,
@@ -88,3 +94,36 @@ def hostile_chart(report: dict, png: Path) -> None:
     fig.suptitle(report["command"], fontsize=7)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
+
+
+def first_answer_chart(scenarios: dict[str, dict], png: Path, title: str) -> None:
+    """Each input's time to its first answer against when it was produced, one panel per scenario,
+    one colour per kind of input; an input never answered is drawn at the top in red."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = {"record": "tab:blue", "log_line": "tab:green", "hostile": "tab:orange", "huge": "tab:purple"}
+    fig, axes = plt.subplots(1, len(scenarios), figsize=(5.5 * len(scenarios), 4), sharey=True, squeeze=False)
+    for ax, (name, s) in zip(axes[0], scenarios.items()):
+        rows = s.get("inputs_first_answer") or []
+        top = max((r[4] for r in rows if r[4] is not None), default=1.0) * 1.05
+        for kind, colour in colours.items():
+            xs = [r[3] for r in rows if r[2] == kind and r[4] is not None]
+            ys = [r[4] for r in rows if r[2] == kind and r[4] is not None]
+            if xs:
+                ax.scatter(xs, ys, s=12, color=colour, label=kind)
+        missing = [r[3] for r in rows if r[4] is None]
+        if missing:
+            ax.scatter(missing, [top] * len(missing), s=14, color="tab:red", marker="x", label="never answered")
+        stalled = s.get("stalled_partitions") or []
+        ax.set_title(f"{name}: stalled partitions {stalled or 'none'}", fontsize=9)
+        ax.set_xlabel("produced at (s)")
+        ax.axhline(s.get("stall_s", 60.0), color="tab:red", linestyle=":", linewidth=1)
+    axes[0][0].set_ylabel("time to first answer (s)")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=7)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
