@@ -40,6 +40,9 @@ _BUSY_POLL_MS = 5
 # While the member (re)joins its group, polls are long: kafka-python 3.0 can abandon a leader's
 # SyncGroup cut short by a few-ms poll and start the rebalance over, again and again.
 _REJOIN_POLL_MS = 1000
+# Records a partition may read past its oldest unanswered one (answered meanwhile, or waiting): bounds the
+# offsets tracked per partition and the list of answered ones a commit carries (a few KB of metadata).
+MAX_READ_AHEAD = 50_000
 
 
 Results = list[tuple[Hashable, Summary | Exception]]
@@ -138,6 +141,7 @@ class KafkaWorker:
         self._paused_by_us = False
         self._revoking: set[TopicPartition] = set()
         self._restoring: set[TopicPartition] = set()  # assigned: read what their last commit lists first
+        self._ahead: set[TopicPartition] = set()      # paused: MAX_READ_AHEAD records past an unanswered one
 
     # ---- rebalance callbacks: run inside consumer.poll(); no blocking calls here ----
     # kafka-python keeps a partition's position (and paused flag) when a rebalance hands it back to
@@ -324,15 +328,27 @@ class KafkaWorker:
 
     def _apply_backpressure(self) -> None:
         full = bool(self.intake.backlog) or len(self._in_summarizer) >= self.max_in_flight
+        # A partition that read MAX_READ_AHEAD records past its oldest unanswered one waits for it: what
+        # the loop tracks, and what a commit lists, stays bounded however long one record takes.
+        ahead = {tp for tp in self.consumer.assignment() if self.tracker.in_flight(tp) >= MAX_READ_AHEAD}
+        if ahead - self._ahead:
+            log.warning("partitions %s read %d records past their oldest unanswered one: paused until it is "
+                        "answered", sorted(map(tuple, ahead - self._ahead)), MAX_READ_AHEAD)
         if full:
             unpaused = self.consumer.assignment() - self.consumer.paused()  # incl. newly assigned ones
             if unpaused:
                 self.consumer.pause(unpaused)
                 self.counts.backpressure_pauses += not self._paused_by_us
             self._paused_by_us = True
-        elif self._paused_by_us:
-            self.consumer.resume(self.consumer.assignment())
-            self._paused_by_us = False
+        else:
+            if self._paused_by_us:
+                self.consumer.resume(self.consumer.assignment() - ahead)
+                self._paused_by_us = False
+            elif self._ahead - ahead:
+                self.consumer.resume(self._ahead - ahead)
+            if ahead - self.consumer.paused():
+                self.consumer.pause(ahead)
+        self._ahead = ahead
 
     def _on_result(self, rid: RequestId, result: Summary | Exception) -> None:
         pending = self._in_summarizer.pop(rid, None)
