@@ -60,8 +60,7 @@ class Listed:
         """The commit metadata naming these offsets ("" when none: nothing to skip)."""
         if not any(self.bits):
             return ""
-        packed = base64.b64encode(zlib.compress(self.bits, 9)).decode()
-        return json.dumps({"answered_from": self.start, "answered": packed}, separators=(",", ":"))
+        return json.dumps({"answered_from": self.start, "answered": pack_bits(self.bits)}, separators=(",", ":"))
 
     @classmethod
     def from_metadata(cls, metadata: str | None) -> Listed | None:
@@ -72,11 +71,20 @@ class Listed:
             found = json.loads(metadata)
             if "answered_from" not in found:
                 return None
-            return cls(int(found["answered_from"]), zlib.decompress(base64.b64decode(found["answered"])))
+            return cls(int(found["answered_from"]), unpack_bits(found["answered"]))
         except (ValueError, KeyError, TypeError, AttributeError, zlib.error) as exc:
             log.warning("commit metadata %r is not the worker's (%s): nothing is taken as answered",
                         metadata[:80], exc)
             return None
+
+
+def pack_bits(bits: bytes) -> str:
+    """A bitmap as commit-metadata text (zlib, base64): the incident loop's `listed` form too."""
+    return base64.b64encode(zlib.compress(bits, 9)).decode()
+
+
+def unpack_bits(text: str) -> bytes:
+    return zlib.decompress(base64.b64decode(text))
 
 
 @dataclass(frozen=True)
