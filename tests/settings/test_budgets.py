@@ -5,8 +5,9 @@ from __future__ import annotations
 from worker import _native
 from worker.dispatch import BinDispatcher
 from worker.probe import ProbeResult
-from worker.settings.budgets import (ALIGNMENT, CPU_MAX_SEQS_PER_BIN, CPU_TOKEN_BUDGET, GPU_MAX_SEQS_PER_BIN,
-                                     GPU_TOKEN_BUDGET, LATENCY_CAP_S, QUEUE_CAPACITY_TOKENS, resolve_budgets)
+from worker.settings.budgets import (ALIGNMENT, CPU_MAX_SEQS_PER_BIN, CPU_TOKEN_BUDGET, CPU_WORK_CAP_S,
+                                     GPU_MAX_SEQS_PER_BIN, GPU_TOKEN_BUDGET, GPU_WORK_CAP_TOKENS, LATENCY_CAP_S,
+                                     MIN_WORK_CAP_TOKENS, QUEUE_CAPACITY_TOKENS, cpu_work_cap, resolve_budgets)
 from worker.settings.load import from_values, load_settings
 
 
@@ -68,3 +69,25 @@ def test_python_dispatcher_defaults_are_the_budgets():
             GPU_TOKEN_BUDGET, ALIGNMENT, GPU_MAX_SEQS_PER_BIN)
     finally:
         d.close()
+
+
+def test_work_cap_unset_is_the_gpu_cap_on_cuda_and_measured_on_cpu():
+    gpu = resolve_budgets(load_settings(None, {}), "cuda").work_cap
+    assert (gpu.tokens, gpu.source) == (GPU_WORK_CAP_TOKENS, "default for cuda") and gpu.tokens == 131072
+    assert resolve_budgets(load_settings(None, {}), "cpu").work_cap is None  # the Summarizer measures it
+
+
+def test_work_cap_set_by_the_operator_wins_on_every_device():
+    for device in ("cpu", "cuda"):
+        cap = resolve_budgets(load_settings(None, {"TELESUM_MAX_RECORD_TOKENS": "4096"}), device).work_cap
+        assert (cap.tokens, cap.source) == (4096, "env TELESUM_MAX_RECORD_TOKENS")
+        none = resolve_budgets(load_settings(None, {"TELESUM_MAX_RECORD_TOKENS": "0"}), device).work_cap
+        assert none.tokens is None and none.describe().startswith("none body tokens")
+
+
+def test_cpu_work_cap_is_ten_seconds_of_measured_prefill_within_bounds():
+    cap = cpu_work_cap(640.0)  # the embedded model on 2 shared cores: 6,400 tokens in 10 s
+    assert cap.tokens == 6144 and cap.source == "measured on cpu: 640 prompt tokens/s x 10 s"
+    assert cpu_work_cap(30.0).tokens == MIN_WORK_CAP_TOKENS  # a starved CPU: still a useful selection
+    assert cpu_work_cap(50_000.0).tokens == GPU_WORK_CAP_TOKENS  # a tiny model: never above a GPU's
+    assert CPU_WORK_CAP_S == 10.0

@@ -11,7 +11,7 @@ from worker.settings.load import load_settings, to_environment
 def test_settings_delivery_and_work_cap_defaults_and_env():
     default = load_settings(env={}).settings
     assert default.kafka.processing_guarantee == "at-least-once" and not default.kafka.exactly_once
-    assert (default.engine.max_record_tokens, default.engine.over_cap) == (131072, "select")
+    assert (default.engine.max_record_tokens, default.engine.over_cap) == (None, "select")  # auto: by device
     s = load_settings(env={"TELESUM_PROCESSING_GUARANTEE": "exactly-once", "TELESUM_GROUP_ID": "noc",
                            "TELESUM_WORKER_ID": "gpu-host-3", "TELESUM_OVER_CAP": "dead_letter",
                            "TELESUM_MAX_RECORD_TOKENS": "0"}).settings

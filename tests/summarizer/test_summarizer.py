@@ -17,7 +17,7 @@ from worker.model.llama import LlamaModel
 from worker.summarizer.long_records import MAX_PIECES_IN_FLIGHT
 from worker.summarizer.preprocess import Preprocessor
 from worker.prompts import answer_opening, build_messages, with_opening
-from worker.settings.budgets import Budgets
+from worker.settings.budgets import GPU_WORK_CAP_TOKENS, MIN_WORK_CAP_TOKENS, Budgets
 from worker.settings.sections import EngineSettings
 from worker.summarizer.summarizer import Summarizer
 
@@ -313,6 +313,34 @@ def test_summarizer_over_work_cap_summarises_stated_selection(loaded):
     uncapped = plan_chunk_prompts(record, tokenize=s.tokenize, count_tokens=s._count_tokens,
                                   max_prompt_tokens=1024 - MAX_NEW)
     assert summary.chunks < len(uncapped) / 5
+
+
+def test_summarizer_unset_work_cap_on_cpu_is_measured_at_start_and_stated(loaded, caplog):
+    caplog.set_level("INFO", logger="worker.summarizer.summarizer")
+    s = _summarizer(loaded, max_record_tokens=None)
+    s.close()
+    assert s.work_cap.source.startswith("measured on cpu: ") and "tokens/s x 10 s" in s.work_cap.source
+    assert MIN_WORK_CAP_TOKENS <= s.work_cap.tokens <= GPU_WORK_CAP_TOKENS
+    assert s.long_records.max_record_tokens == s.work_cap.tokens
+    assert f"per-record work cap {s.work_cap.tokens} body tokens (measured on cpu" in caplog.text
+    explicit = _summarizer(loaded, max_record_tokens=3000)
+    explicit.close()
+    assert (explicit.work_cap.tokens, explicit.work_cap.source) == (3000, "engine.max_record_tokens")
+
+
+def test_summarizer_work_cap_below_the_context_applies_to_records_within_it(loaded):
+    # A slow CPU's cap may be below the context: a record that fits one prompt but whose body is
+    # over the cap is summarised from its stated selection too; one under it, whole.
+    over, under = _record(12, body=_long_body(40)), _record(13, body=_long_body(10, seed=1))
+    s = _summarizer(loaded, token_budget=1024, max_context=4096, max_record_tokens=1024)
+    try:
+        assert len(s.tokenize(build_messages(over, extract_facts(over)))) < 4096 - MAX_NEW
+        assert s.long_records.is_over_cap(over) and not s.long_records.is_over_cap(under)
+        capped, whole = list(s.summarize_all([over, under]))
+    finally:
+        s.close()
+    assert capped.selection is not None and "work cap of 1024 tokens" in capped.selection
+    assert whole.selection is None and not whole.hierarchical
 
 
 def test_summarizer_over_work_cap_dead_letter_policy_refuses(loaded):

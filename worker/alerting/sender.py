@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import logging
 import queue
 import threading
@@ -30,6 +29,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+
+import msgspec
 
 from worker.alerting.alerts import Labels, annotations_of, labels_of, parse_time, postable
 from worker.alerting.client import AlertmanagerClient, PostError
@@ -46,16 +47,20 @@ FIRST_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 30.0
 # Repeated failures and drops are logged at most this often (per target, or per kind of drop).
 _LOG_EVERY_S = 30.0
+# Delays of opens measured and not yet read by stats(), at most (the observer reads them every loop step).
+_DELAYS_KEPT = 10_000
 # On close, pending alerts (resolves, mostly) get this long at most to go out.
 CLOSE_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
 class _Alert:
-    """One alert as the targets post it: endsAt is decided when it is posted (firing: resend-based)."""
+    """One alert as the targets post it. Its annotations and endsAt are written when it is posted (most
+    events of a busy incident are replaced by the next before they are; firing: endsAt resend-based)."""
 
     labels: Labels
-    annotations: dict[str, str]
+    event: IncidentEvent
+    model_summary: str | None
     starts_at: datetime
     ends_at: datetime | None            # None: firing
     opened_at: float | None = None      # monotonic time its `open` was handed over: its delay is measured
@@ -177,8 +182,8 @@ class _Target:
 
     def _post(self, batch: list[_Alert]) -> None:
         now = datetime.now(timezone.utc)
-        body = json.dumps([postable(a.labels, a.annotations, a.starts_at, a.ends_at, now, self.resend_s)
-                           for a in batch]).encode()
+        body = msgspec.json.encode([postable(a.labels, annotations_of(a.event, a.model_summary), a.starts_at,
+                                             a.ends_at, now, self.resend_s) for a in batch])
         try:
             self.client.post(body)
         except PostError as exc:
@@ -193,6 +198,7 @@ class _Target:
             self._last_ok = time.time()
             self._forget_locked(batch)
             self._delays += [done - a.opened_at for a in batch if a.opened_at is not None]
+            del self._delays[:-_DELAYS_KEPT]  # nobody reading stats(): keep the latest only
         if recovered:
             log.info("alerts: %s accepts alerts again; posting every open incident to it", self.url)
             self.on_recovered(self)
@@ -343,7 +349,7 @@ class AlertSender:
             labels = known.labels if known is not None else labels_of(event, self.settings.severity, self._static)
             summary = known.model_summary if known is not None else None
             self._incidents.pop(event.incident_id, None)
-            self._broadcast([_Alert(labels, annotations_of(event, summary), parse_time(event.first_time),
+            self._broadcast([_Alert(labels, event, summary, parse_time(event.first_time),
                                     min(parse_time(event.time), now))])
             return
         if known is not None and event.sequence < known.sequence:
@@ -370,7 +376,7 @@ class AlertSender:
         """The incident's firing alert from `event`, kept; and, when its labels changed, the old alert resolved."""
         labels = labels_of(event, self.settings.severity, self._static)
         model_summary = event.model_summary or (known.model_summary if known is not None else None)
-        alert = _Alert(labels, annotations_of(event, model_summary), parse_time(event.first_time), None, opened_at)
+        alert = _Alert(labels, event, model_summary, parse_time(event.first_time), None, opened_at)
         out = [alert]
         if known is not None and known.labels != labels:
             out.insert(0, dataclasses.replace(known.alert, ends_at=now, opened_at=None))

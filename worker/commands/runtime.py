@@ -184,5 +184,8 @@ def banner(command: str, loaded, budgets: Budgets, summarizer, **extra: Any) -> 
               "attention_backend": backend, "token_budget": budgets.token_budget,
               "max_seqs_per_bin": budgets.max_seqs_per_bin, "kv_rows": arena,
               "budget_sources": budgets.sources, **extra}
-    log.info("telesum %s: model %s on %s (%s), attention %s; budgets: %s", command, loaded.name, loaded.device, dtype,
-             backend, kv, extra={"banner": fields})
+    cap = summarizer.work_cap
+    fields["work_cap"] = {"tokens": cap.tokens, "source": cap.source} if cap is not None else "measured at start-up"
+    log.info("telesum %s: model %s on %s (%s), attention %s; budgets: %s; work cap: %s", command, loaded.name,
+             loaded.device, dtype, backend, kv, cap.describe() if cap is not None else "measured at start-up",
+             extra={"banner": fields})

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import time
 
 from worker.engine.decode_graphs import DecodeGraphs
 from worker.engine.sequence import SamplingParams, Sequence
@@ -44,3 +45,19 @@ def run_first_step(engine, vocab_size: int, timeout_s: float) -> tuple[Sequence,
     if not ok:
         log.warning("start-up: the engine's first step failed: %r", done.error)
     return seq, ok
+
+
+def measure_prefill_rate(engine, vocab_size: int, tokens: int, timeout_s: float) -> tuple[Sequence, float]:
+    """Prompt tokens a second a running, idle engine prefills: one prompt of `tokens` tokens that no
+    other prompt shares a prefix with, one new token, timed from add to finished. Returns it and the
+    rate. RuntimeError when it did not finish within timeout_s or failed."""
+    prompt = [(i * 7919 + 104729) % (vocab_size - 1) + 1 for i in range(tokens)]
+    started = time.perf_counter()
+    seq = engine.add(prompt, SamplingParams(max_new_tokens=1))
+    try:
+        done = engine.finished.get(timeout=timeout_s)
+    except queue.Empty:
+        raise RuntimeError(f"a {tokens}-token prompt was not prefilled within {timeout_s:.0f} s") from None
+    if done is not seq or done.error is not None:
+        raise RuntimeError(f"the {tokens}-token measurement failed: {done.error!r}")
+    return seq, tokens / (time.perf_counter() - started)

@@ -38,6 +38,46 @@ PREFIX_CACHE_MAX_ROWS = 65536
 
 BUDGETS = ("token_budget", "max_seqs_per_bin", "kv_rows")
 
+# The per-record work cap (`engine.max_record_tokens`) left unset follows the device: on a GPU the
+# body tokens below (an H200 prefills them in well under a second, docs/engine.md); on CPU the body
+# tokens the device prefills in CPU_WORK_CAP_S, from a prefill measured at start-up, so that one
+# record over it (a 50 MB syslog line) costs a 2-core machine about three times that in all:
+# tokenising its selection, prefilling and decoding its pieces, the merge.
+GPU_WORK_CAP_TOKENS = 131072
+CPU_WORK_CAP_S = 10.0
+# The smallest cap: a selection still holds a head, a tail and a table of line templates.
+MIN_WORK_CAP_TOKENS = 1024
+# Prompt tokens of the start-up measurement: near where a slow CPU's cap lands, since a token costs
+# more the longer its prompt (the embedded model on 2 cores: 116 tokens/s at 512, 64-68 at 1,024
+# and 54 at 2,000, all under a load of 10); a few seconds of an idle 2-core machine.
+WORK_CAP_PROBE_TOKENS = 1024
+
+
+@dataclass(frozen=True)
+class WorkCap:
+    """The per-record work cap in force (None: no cap) and where it came from."""
+
+    tokens: int | None
+    source: str   # "env TELESUM_MAX_RECORD_TOKENS", "default for cuda", "measured on cpu: ... tokens/s x 10 s"
+
+    def describe(self) -> str:
+        return f"{self.tokens if self.tokens is not None else 'none'} body tokens ({self.source})"
+
+
+def device_work_cap(device_type: str) -> WorkCap | None:
+    """The unset cap on this device; None on CPU, where it is measured (`cpu_work_cap`)."""
+    if device_type == "cuda":
+        return WorkCap(GPU_WORK_CAP_TOKENS, "default for cuda")
+    return None
+
+
+def cpu_work_cap(prefill_tokens_per_s: float) -> WorkCap:
+    """The cap on a CPU that prefilled this many prompt tokens a second at start-up: what it prefills
+    in CPU_WORK_CAP_S, in whole KiB of tokens, between MIN_WORK_CAP_TOKENS and the GPU's cap."""
+    tokens = int(prefill_tokens_per_s * CPU_WORK_CAP_S) // 1024 * 1024
+    tokens = min(max(tokens, MIN_WORK_CAP_TOKENS), GPU_WORK_CAP_TOKENS)
+    return WorkCap(tokens, f"measured on cpu: {prefill_tokens_per_s:,.0f} prompt tokens/s x {CPU_WORK_CAP_S:g} s")
+
 
 class Probed(Protocol):
     """What a run-time probe reports for one (model, device): the largest safe budgets
@@ -55,6 +95,9 @@ class Budgets:
     kv_rows: int | None            # None: the Summarizer sizes the arena (two full bins, >= one context)
     sources: dict[str, str]        # budget name -> "env TELESUM_TOKEN_BUDGET" | "probe" | "default for cuda" | ...
     max_decode_seqs: int | None = None  # sequences decoding at once, as the probe measured; None: not probed
+    # The per-record work cap: the operator's or the GPU's; None: the Summarizer takes
+    # `engine.max_record_tokens` when set, else measures it on CPU at start-up.
+    work_cap: WorkCap | None = None
 
     def describe(self) -> str:
         """'token_budget=65536 (default for cuda), max_seqs_per_bin=1024 (...), kv_rows=auto (...)'."""
@@ -88,8 +131,10 @@ def resolve_budgets(loaded: "LoadedSettings", device_type: str, probed: Probed |
             values[name] = defaults[name]
             sources[name] = (f"default for {device_type}" if defaults[name] is not None
                              else "derived: two full bins, at least one context")
+    work_cap = (WorkCap(engine.work_cap(), loaded.source("engine.max_record_tokens"))
+                if loaded.is_set("engine.max_record_tokens") else device_work_cap(device_type))
     return Budgets(values["token_budget"], values["max_seqs_per_bin"], values["kv_rows"], sources,
-                   probed.max_decode_seqs if probed is not None else None)
+                   probed.max_decode_seqs if probed is not None else None, work_cap)
 
 
 def _probed_value(probed: Probed, name: str) -> int:

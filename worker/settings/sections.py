@@ -14,12 +14,14 @@ import msgspec
 from worker.settings.alerting import AlertingSettings
 from worker.settings.incidents import IncidentSettings
 from worker.settings.kafka import KafkaSettings
-from worker.settings.budgets import (CPU_MAX_SEQS_PER_BIN, CPU_TOKEN_BUDGET, GPU_MAX_SEQS_PER_BIN, GPU_TOKEN_BUDGET,
+from worker.settings.budgets import (CPU_MAX_SEQS_PER_BIN, CPU_TOKEN_BUDGET, CPU_WORK_CAP_S, GPU_MAX_SEQS_PER_BIN,
+                                     GPU_TOKEN_BUDGET, GPU_WORK_CAP_TOKENS, MIN_WORK_CAP_TOKENS,
                                      PREFIX_CACHE_MAX_ROWS)
 from worker.settings.fields import FieldSpec, MaskedRepr, SettingsError, opt, section_fields
 
 _Struct = dict(frozen=True, kw_only=True, forbid_unknown_fields=True)
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
+NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
 OverCap = Literal["select", "dead_letter"]  # what happens to a record over the per-record work cap
 
 
@@ -60,26 +62,28 @@ class EngineSettings(MaskedRepr, msgspec.Struct, **_Struct):
         "TELESUM_PREFIX_CACHE_TOKENS", "prompt tokens whose KV the prefix cache may hold, in KV rows kept "
                                        "beside the slabs (auto: a sixteenth of the arena, at most "
                                        f"{PREFIX_CACHE_MAX_ROWS})")] = None
-    max_record_tokens: Annotated[int, opt("TELESUM_MAX_RECORD_TOKENS",
-                                          "per-record work cap in body tokens (0: none; else at least the "
-                                          "context); see --over-cap", ge=0)] = 131072
+    max_record_tokens: Annotated[NonNegativeInt | None, opt(
+        "TELESUM_MAX_RECORD_TOKENS", "per-record work cap in body tokens (0: none; else at least "
+                                     f"{MIN_WORK_CAP_TOKENS}); see --over-cap (auto: {GPU_WORK_CAP_TOKENS} on a "
+                                     f"GPU; on CPU the body tokens it prefills in {CPU_WORK_CAP_S:g} s, measured "
+                                     "at start-up)")] = None
     over_cap: Annotated[OverCap, opt(
         "TELESUM_OVER_CAP", "a record over the work cap: 'select' summarises its head, tail and line-template "
                             "counts (stated in the Summary's `selection`), 'dead_letter' refuses it as too_long",
     )] = "select"
 
     def __post_init__(self) -> None:
-        self.work_cap(self.max_context or 0)  # unset: the model's context is checked when it is known
+        self.work_cap()
 
-    def work_cap(self, context: int) -> int | None:
-        """The per-record work cap in body tokens for a model of `context` tokens (None: no cap); the
-        one check of the cap and of the policy beyond it (SettingsError; a Struct built in code is not
-        type-checked)."""
+    def work_cap(self) -> int | None:
+        """The per-record work cap in body tokens the operator set (None: no cap, 0 given); the one
+        check of the cap and of the policy beyond it (SettingsError; a Struct built in code is not
+        type-checked). Unset (auto): `worker.settings.budgets.WorkCap` follows the device."""
         if self.over_cap not in get_args(OverCap):
             raise SettingsError(f"engine.over_cap must be one of {', '.join(get_args(OverCap))}; got {self.over_cap!r}")
-        if 0 < self.max_record_tokens < context:
+        if self.max_record_tokens is not None and 0 < self.max_record_tokens < MIN_WORK_CAP_TOKENS:
             raise SettingsError(f"engine.max_record_tokens (--max-record-tokens, TELESUM_MAX_RECORD_TOKENS) must be "
-                                f"0 (no cap) or at least the context of {context}; got {self.max_record_tokens}")
+                                f"0 (no cap) or at least {MIN_WORK_CAP_TOKENS}; got {self.max_record_tokens}")
         return self.max_record_tokens or None
 
 
@@ -112,11 +116,11 @@ class Settings(msgspec.Struct, **_Struct):
     http: HttpSettings = msgspec.field(default_factory=HttpSettings)
     log: LogSettings = msgspec.field(default_factory=LogSettings)
     incidents: IncidentSettings = msgspec.field(default_factory=IncidentSettings)
+    alerting: AlertingSettings = msgspec.field(default_factory=AlertingSettings)
 
 
 SECTIONS: dict[str, type[msgspec.Struct]] = {"engine": EngineSettings, "kafka": KafkaSettings,
                                              "http": HttpSettings, "log": LogSettings,
-    alerting: AlertingSettings = msgspec.field(default_factory=AlertingSettings)
                                              "incidents": IncidentSettings, "alerting": AlertingSettings}
 
 

@@ -3,10 +3,16 @@ the status page and the start-up log."""
 
 from __future__ import annotations
 
+from worker.settings.budgets import CPU_WORK_CAP_S, GPU_WORK_CAP_TOKENS, MIN_WORK_CAP_TOKENS
 from worker.settings.load import LoadedSettings
 from worker.settings.sections import all_fields
 
 MASK = "***"
+# Where an unset setting's value will come from once the device is known (the start-up log states it).
+AUTO_SOURCES = {
+    "engine.max_record_tokens": f"default: {GPU_WORK_CAP_TOKENS} on a GPU; on CPU the body tokens it prefills in "
+                                f"{CPU_WORK_CAP_S:g} s, measured at start-up (at least {MIN_WORK_CAP_TOKENS})",
+}
 
 
 def settings_rows(loaded: LoadedSettings) -> list[dict[str, str]]:
@@ -23,7 +29,10 @@ def settings_rows(loaded: LoadedSettings) -> list[dict[str, str]]:
             shown = "true" if value else "false"
         else:
             shown = str(value)
-        rows.append({"path": f.path, "value": shown, "source": loaded.source(f.path), "env": f.env,
+        source = loaded.source(f.path)
+        if value is None and f.path in AUTO_SOURCES:
+            source = AUTO_SOURCES[f.path]
+        rows.append({"path": f.path, "value": shown, "source": source, "env": f.env,
                      "flag": f.flag})
     return rows
 

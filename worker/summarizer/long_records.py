@@ -18,8 +18,9 @@ from typing import Any
 from worker.dispatch import Backpressure
 from worker.engine.errors import ContextTooLong
 from worker.facts import extract_facts
-from worker.summarizer.pieces import (SURELY_OVER_CHARS_PER_TOKEN, RecordTooLong, body_for_pieces, plan_chunk_prompts,
-                                      plan_merge, select_within_cap)
+from worker.prompts import render_body
+from worker.summarizer.pieces import (MAX_PIECE_LINE_CHARS, SURELY_OVER_CHARS_PER_TOKEN, RecordTooLong, body_for_pieces,
+                                      plan_chunk_prompts, plan_merge, select_within_cap, wrap_long_lines)
 
 # Pieces of one long record in the engine at once: enough to keep a bin busy beside other work,
 # few enough that a long record never fills the dispatcher's queue ahead of newer records.
@@ -101,14 +102,26 @@ class LongRecords:
         return list(stranded.values())
 
     # -- planning ---------------------------------------------------------------------------
+    def is_over_cap(self, record) -> bool:
+        """Whether a record that fits one prompt has a body over the work cap (a cap below the
+        context, as a slow CPU's is): then it is summarised from its selection too."""
+        if self.max_record_tokens is None:
+            return False
+        lines = body_for_pieces(record).splitlines()  # counted as plan_pieces counts them
+        return bool(lines) and sum(map(len, self.tokenizer(lines, add_special_tokens=False)["input_ids"])) \
+            + len(lines) > self.max_record_tokens
+
     def plan_pieces(self, req) -> None:
         """The record's chunk prompts into req.todo (from a stated selection when over the work cap).
         Raises RecordTooLong (over the cap, policy dead_letter) or ContextTooLong."""
         record = req.record
-        body = body_for_pieces(record)
-        lines = body.splitlines()
+        rendered = render_body(record)
         surely_over = self.max_record_tokens is not None and \
-            len(body) > SURELY_OVER_CHARS_PER_TOKEN * self.max_record_tokens
+            len(rendered) > SURELY_OVER_CHARS_PER_TOKEN * self.max_record_tokens
+        # Surely over the cap: its selection counts the templates, so repeats are not collapsed first
+        # (7-14 s of one core for a 50 MB line, holding the GIL the engine's thread needs).
+        body = wrap_long_lines(rendered, MAX_PIECE_LINE_CHARS) if surely_over else body_for_pieces(record)
+        lines = body.splitlines()
         # One batch call counts every line (per-line calls cost ~100x more), unless the body is surely
         # over the cap: then only the lines its selection takes are counted.
         counts = dict(zip(lines, map(len, self.tokenizer(lines, add_special_tokens=False)["input_ids"]))) \

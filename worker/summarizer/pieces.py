@@ -34,6 +34,8 @@ _MAX_ATTEMPTS = 8
 # tail what the head left: a selection keeps its table's share).
 _HEAD_SHARE, _TAIL_SHARE = 0.4, 0.4
 _MAX_TEMPLATES = 50
+# Characters of a line its template is read from in a selection (masking is regex work per character).
+_TEMPLATE_CHARS = 512
 
 
 class RecordTooLong(ValueError):
@@ -72,23 +74,44 @@ def wrap_long_lines(body: str, max_chars: int) -> str:
                      for line in body.splitlines() for i in range(0, max(len(line), 1), max_chars))
 
 
+def _part_of_line(line: str, budget: float, count_tokens: CountTokens, from_end: bool) -> list[str]:
+    """The head (or tail) of one line too long for `budget` tokens, cut to fit: what a selection keeps
+    of a record that is one huge line. Empty when not even a few characters fit."""
+    chars = int(budget * 2)  # under the ~4 characters a token of text takes: shrunk until it fits
+    while chars >= 16:
+        part = line[-chars:] if from_end else line[:chars]
+        if count_tokens(part) + 1 <= budget:
+            return [part]
+        chars = int(chars * _SHRINK)
+    return []
+
+
 def select_within_cap(body: str, cap_tokens: int, count_tokens: CountTokens) -> Selection:
-    """A bounded selection of `body` (about `cap_tokens` tokens): its head and tail lines, and the
-    most frequent line templates of the whole body with their counts."""
+    """A bounded selection of `body` (about `cap_tokens` tokens): its head and tail lines (the head
+    and tail of its first and last line when no whole line fits), and the most frequent line
+    templates of the whole body with their counts (a template read from a line's first
+    _TEMPLATE_CHARS characters: a 50 MB line is not masked whole)."""
     lines = body.splitlines()
     head, _ = lines_within(lines, cap_tokens * _HEAD_SHARE, count_tokens)
     tail, _ = lines_within(reversed(lines[len(head):]), cap_tokens * _TAIL_SHARE, count_tokens)
     tail.reverse()
     middle = lines[len(head):len(lines) - len(tail)]
-    templates = collections.Counter(repeat_key(line) for line in lines)
+    shown = [f"first {len(head)}", f"last {len(tail)}"]
+    if not head and lines:
+        head = _part_of_line(lines[0], cap_tokens * _HEAD_SHARE, count_tokens, from_end=False)
+        shown[0] = f"first {len(head[0]) if head else 0:,} characters of the first"
+    if not tail and len(lines) > 1:
+        tail = _part_of_line(lines[-1], cap_tokens * _TAIL_SHARE, count_tokens, from_end=True)
+        shown[1] = f"last {len(tail[0]) if tail else 0:,} characters of the last"
+    templates = collections.Counter(repeat_key(line[:_TEMPLATE_CHARS]) for line in lines)
     rows = (f"{n} x {template}" for template, n in templates.most_common(_MAX_TEMPLATES))
     table, _ = lines_within(rows, cap_tokens * (1.0 - _HEAD_SHARE - _TAIL_SHARE), count_tokens)
     text = "\n".join([*head, f"[... {len(middle)} lines not shown; line templates of all {len(lines)} "
                       f"lines, most frequent first:]", *table, "[... end of templates; the last lines:]",
                       *tail])
-    description = (f"over the work cap of {cap_tokens} tokens: summarised the first {len(head)} and last "
-                   f"{len(tail)} of {len(lines)} lines and the counts of the {len(table)} most frequent "
-                   f"of {len(templates)} line templates")
+    description = (f"over the work cap of {cap_tokens} tokens: summarised the {shown[0]} and {shown[1]} of "
+                   f"{len(lines)} lines and the counts of the {len(table)} most frequent of {len(templates)} "
+                   f"line templates")
     return Selection(text, description)
 
 

@@ -25,7 +25,7 @@ from worker.engine.prefix_reuse import BLOCK_SIZE as PREFIX_BLOCK_SIZE
 from worker.engine.prefix_reuse import PrefixReuse
 from worker.engine.runner import ModelRunner
 from worker.engine.sizing import arena_rows
-from worker.engine.warmup import capture_decode_graphs, run_first_step
+from worker.engine.warmup import capture_decode_graphs, measure_prefill_rate, run_first_step
 from worker.summarizer.in_order import results_in_order, summarize_all
 from worker.summarizer.long_records import WAKE, LongRecords, MergeDue
 from worker.messages import Facts, Summary, TelemetryRecord
@@ -34,7 +34,8 @@ from worker.summarizer.preprocess import Prepared, Preprocessor, default_workers
 from worker.prompts import approx_tokens
 from worker.prompts.sampling import default_sampling
 from worker.summarizer.result_collector import ResultCollector
-from worker.settings.budgets import Budgets
+from worker.settings.budgets import (MIN_WORK_CAP_TOKENS, WORK_CAP_PROBE_TOKENS, Budgets, WorkCap, cpu_work_cap,
+                                     device_work_cap)
 from worker.settings.sections import EngineSettings
 from worker.summarizer.summary_assembly import RecordRequest
 
@@ -87,12 +88,16 @@ class Summarizer:
         self.params = default_sampling(engine.max_new_tokens, engine.temperature, engine.top_p)
         cfg = loaded.config
         self.max_context = engine.max_context or cfg.max_position_embeddings
-        max_record_tokens = engine.work_cap(self.max_context)
+        engine.work_cap()  # the policy beyond the cap, checked
         if self.max_context <= engine.max_new_tokens:
             raise ValueError(f"max_new_tokens {engine.max_new_tokens} leaves no room in a "
                              f"{self.max_context}-token context")
         param = next(loaded.model.parameters())
         self.device = param.device
+        # The per-record work cap in force; None until start() measures it (unset, on CPU).
+        self.work_cap: WorkCap | None = budgets.work_cap or (
+            WorkCap(engine.work_cap(), "engine.max_record_tokens") if engine.max_record_tokens is not None
+            else device_work_cap(self.device.type))
         kv_rows, region = arena_rows(
             cfg, param.dtype, self.device, kv_rows=budgets.kv_rows, token_budget=budgets.token_budget,
             max_seqs_per_bin=budgets.max_seqs_per_bin, max_new_tokens=engine.max_new_tokens,
@@ -126,7 +131,7 @@ class Summarizer:
         self.long_records = LongRecords(
             tokenizer=self.tokenizer, tokenize=self.tokenize,
             max_prompt_tokens=self.max_context - self.params.max_new_tokens,
-            max_record_tokens=max_record_tokens, over_cap=engine.over_cap, add=self._add, push=self.results.push,
+            max_record_tokens=self.work_cap.tokens if self.work_cap else None, over_cap=engine.over_cap, add=self._add, push=self.results.push,
             wake=self._prepared.put)
         self._thread: threading.Thread | None = None
 
@@ -152,8 +157,27 @@ class Summarizer:
             log_startup_phase("first engine step (prefill compilation)", started, log)
         if self.prefix is not None:  # the warm-up prompt is no record's
             self.prefix.uncount_lookup(first.prompt_len)
+        if self.work_cap is None:
+            self.work_cap = self._measure_work_cap(first_step_timeout_s)
+        self.long_records.max_record_tokens = self.work_cap.tokens
+        log.info("start-up: per-record work cap %s", self.work_cap.describe(),
+                 extra={"work_cap": {"tokens": self.work_cap.tokens, "source": self.work_cap.source}})
         self._feeder = threading.Thread(target=self._feed, name="telesum-feeder", daemon=True)
         self._feeder.start()
+
+    def _measure_work_cap(self, timeout_s: float) -> WorkCap:
+        """The cap on CPU from the prefill rate measured on the idle engine now."""
+        started = time.perf_counter()
+        tokens = min(WORK_CAP_PROBE_TOKENS, self.max_context - 1)
+        try:
+            seq, rate = measure_prefill_rate(self.engine, self.loaded.config.vocab_size, tokens, timeout_s)
+        except RuntimeError as exc:  # the records will report their own failures; keep the smallest cap
+            log.warning("start-up: %s; the work cap is the smallest", exc)
+            return WorkCap(MIN_WORK_CAP_TOKENS, f"smallest: the prefill rate was not measured ({exc})")
+        if self.prefix is not None:
+            self.prefix.uncount_lookup(seq.prompt_len)
+        log_startup_phase(f"prefill rate measured for the work cap ({tokens} tokens)", started, log)
+        return cpu_work_cap(rate)
 
     def close(self, drain: bool = True, timeout: float | None = None) -> None:
         """Stop taking records. drain=True finishes everything submitted (results stay for `poll`);
@@ -268,7 +292,9 @@ class Summarizer:
         """Hand one prepared record to the engine (its pieces, when longer than the context)."""
         req.facts = prepared.facts
         prompt = prepared.prompt
-        if len(prompt) <= self.max_context - self.params.max_new_tokens:
+        cap = self.long_records.max_record_tokens
+        if len(prompt) <= self.max_context - self.params.max_new_tokens and not (
+                cap is not None and len(prompt) > cap and self.long_records.is_over_cap(req.record)):
             self._add_waiting(req, prompt, -1)
             return
         self.long_records.plan_pieces(req)
