@@ -30,3 +30,21 @@ def test_one_line_of_megabytes_is_selected_from_without_tokenising_more_than_a_l
     selection = select_within_cap(body, cap, count)
     assert max(seen) <= MAX_PIECE_LINE_CHARS + 16 and len(seen) < 50  # a line, or a template row ("3 x …")
     assert "lines not shown" in selection.text and selection.description.startswith("over the work cap")
+
+
+def test_a_cap_smaller_than_one_wrapped_line_keeps_the_head_and_tail_of_the_line_and_its_template():
+    # A slow CPU's cap (1,024 tokens) is below what one wrapped line of a 50 MB line holds (8,192
+    # characters): the selection keeps the first and last characters that fit, and says so.
+    line = "<13>1 2026-12-01T14:39:12Z gnb-du-0413 du_app - - - " + "x" * (4 * MAX_PIECE_LINE_CHARS + 5000)
+    body = wrap_long_lines(line + " the end", MAX_PIECE_LINE_CHARS)
+
+    def count(text: str) -> int:
+        return len(text) // 4
+
+    selection = select_within_cap(body, 1024, count)
+    lines = selection.text.splitlines()
+    assert lines[0].startswith("<13>1 2026-12-01T14:39:12Z gnb-du-0413") and lines[-1].endswith("the end")
+    assert sum(map(count, lines)) <= 1024 + len(lines)
+    assert "summarised the first 1,634 characters of the first and last 1,634 characters of the last of 5 " \
+           "lines" in selection.description
+    assert "counts of the 1 most frequent" in selection.description  # a row of 512 characters fits

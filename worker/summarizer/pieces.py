@@ -77,7 +77,8 @@ def wrap_long_lines(body: str, max_chars: int) -> str:
 def _part_of_line(line: str, budget: float, count_tokens: CountTokens, from_end: bool) -> list[str]:
     """The head (or tail) of one line too long for `budget` tokens, cut to fit: what a selection keeps
     of a record that is one huge line. Empty when not even a few characters fit."""
-    chars = int(budget * 2)  # under the ~4 characters a token of text takes: shrunk until it fits
+    sample = line[-2048:] if from_end else line[:2048]
+    chars = int((budget - 1) * len(sample) / max(count_tokens(sample), 1))  # its characters a token
     while chars >= 16:
         part = line[-chars:] if from_end else line[:chars]
         if count_tokens(part) + 1 <= budget:
