@@ -180,3 +180,31 @@ def test_scheduler_step_size_ignores_one_slow_prefill():
     for seq in seqs[1:]:
         observe(seq, PREFILL_FIXED_COST_S + 2 * STEP_TARGET_S)
     assert sched.step_prompt_tokens() == 500  # the median, not pulled down to 10 tokens by the outlier
+
+
+def test_scheduler_long_lane_takes_a_bounded_share_while_a_short_sequence_decodes():
+    # A 2-core CPU: a long record's chunk takes 40 decode steps' time. A short sequence admitted
+    # behind it gets decode steps for as long as each chunk ran, so it finishes after one more
+    # chunk instead of one chunk per token (20 chunks: 41 s); the long input keeps its share.
+    chunk_s, decode_s = 2.0, 0.05
+    sched = Scheduler(SlabAllocator(4000), eos_ids=(), chunk_tokens=64)
+    long, short = _seq(0, 64 * 30, new=4), _seq(1, 10, new=20)
+    sched.add_long(long)
+    clock, chunks, finished_at = 0.0, 0, {}
+    while len(finished_at) < 2:
+        if clock >= chunk_s and short.status.name == "WAITING" and not sched.waiting_bins:
+            sched.add_bin("bin", [short])  # arrives while the first chunk runs
+        plan = sched.schedule()
+        seconds = chunk_s if isinstance(plan, PrefillChunk) else decode_s
+        chunks += isinstance(plan, PrefillChunk)
+        clock += seconds
+        sched.observe_step(plan, seconds)
+        if isinstance(plan, PrefillChunk):
+            done = sched.postprocess(plan, [60] if plan.is_last else [])
+        else:
+            done = sched.postprocess(plan, [51] * len(plan.seqs))
+        finished_at.update({seq.seq_id: (clock, chunks) for seq in done})
+    short_clock, short_chunks = finished_at[short.seq_id]
+    assert short_chunks <= 2 and short_clock < 6.0
+    long_clock, long_chunks = finished_at[long.seq_id]
+    assert long_chunks == 30 and long_clock < 30 * chunk_s + 2.0  # the long lane lost only the short's turn

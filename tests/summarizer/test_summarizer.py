@@ -2,12 +2,14 @@
 
 import random
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 from worker.engine.errors import ArenaTooSmall, ContextTooLong, EngineClosed
+from worker.engine.plans import PrefillChunk
 from worker.summarizer.pieces import RecordTooLong, merge_prompt, plan_chunk_prompts, plan_merge
 from worker.facts import extract_facts
 from worker.messages import Summary, TelemetryRecord
@@ -299,6 +301,43 @@ def test_summarizer_long_record_pieces_interleave_with_later_records(loaded):
         s.close()
     assert order == ["short", "long"]
     assert waiting >= long_req.num_chunks - 2 * MAX_PIECES_IN_FLIGHT
+
+
+def test_summarizer_short_record_behind_a_long_one_is_not_held_by_its_chunks(loaded):
+    # A slow CPU (each long-lane chunk made to take 0.3 s, decode steps take milliseconds): a short
+    # record submitted while a long record's pieces are being prefilled gets decode steps for as
+    # long as each chunk ran, so it is answered after a chunk or two, not one chunk per token.
+    longs, short = [_record(14 + i, body=_long_body(300, seed=i)) for i in range(3)], _record(17)
+    s = _summarizer(loaded, token_budget=2048, max_context=4096, max_new_tokens=24, kv_rows=32768)
+    assert len(s.tokenize(build_messages(short, extract_facts(short)))) <= 2048  # a bin; pieces go by chunks
+    chunk = s.runner.prefill_chunk
+
+    def slow_chunk(*args, **kwargs):
+        time.sleep(0.3)
+        return chunk(*args, **kwargs)
+
+    s.runner.prefill_chunk = slow_chunk
+    chunks: list[float] = []
+    s.engine.step_observers.append(
+        lambda plan, started, taken, ended: chunks.append(ended) if isinstance(plan, PrefillChunk) else None)
+    try:
+        for i, record in enumerate(longs):  # pieces of three: the long lane always has one waiting
+            s.submit(f"long-{i}", record)
+        while len(s.engine.scheduler.waiting_long) < 3:  # pieces queue for the long lane
+            time.sleep(0.01)
+        submitted = time.perf_counter()
+        s.submit("short", short)
+        order, answered = [], None
+        while len(order) < 4:
+            for rid, result in s.poll(1.0):
+                assert isinstance(result, Summary), result
+                order.append(rid)
+                answered = answered or time.perf_counter()
+    finally:
+        s.close()
+    assert order[0] == "short"
+    assert len([t for t in chunks if submitted < t < answered]) <= 3
+    assert len(chunks) > 6  # the long record's pieces went through the long lane
 
 
 def test_summarizer_over_work_cap_summarises_stated_selection(loaded):

@@ -1,5 +1,5 @@
-"""When a waiting bin is prefilled while sequences decode, and how much of it one step takes,
-from the measured run times of the steps before. Engine thread only."""
+"""When a waiting bin, or a long input's next chunk, is prefilled while sequences decode, and how
+much of a bin one step takes, from the measured run times of the steps before. Engine thread only."""
 
 from __future__ import annotations
 
@@ -23,6 +23,12 @@ PREFILL_FIXED_COST_S = 0.05
 # sequence then waits about this long per token instead of a whole bin's prefill (a 7B model's bin
 # of 13 prompts: 172 ms). A small model's prefill is mostly fixed cost, so its bins stay whole.
 STEP_TARGET_S = 0.05
+# While sequences decode, the long-input lane (chunks of a prompt longer than a bin: long records'
+# pieces on a CPU, whose bins are small) runs at most this share of the engine's time: after a
+# chunk, decode steps run for as long again before the next chunk. One token per chunk starved
+# decoding on a 2-core CPU: a 2,048-token chunk of the embedded model took seconds, so an alarm
+# behind a 50 MB line waited a chunk per token of its answer.
+LONG_LANE_SHARE = 0.5
 # The per-token cost is the median of the last prefills': one slow step (the first of a new shape
 # compiles) must not cut the next bins into one-prompt steps.
 _COST_WINDOW = 9
@@ -36,6 +42,7 @@ class PrefillPacer:
         self._last_prefill_s = 0.0          # run time of the last bin's prefill step
         self._decode_since_prefill_s = 0.0  # decode steps' run time since then
         self._costs: deque[float] = deque(maxlen=_COST_WINDOW)  # s per prompt token beyond the fixed cost
+        self._decode_owed_s = 0.0  # decode time due before the long lane's next chunk
 
     def prefilled(self, seconds: float, prompt_tokens: int) -> None:
         """A bin's prefill step (alone or with decode rows) ran for `seconds`."""
@@ -44,6 +51,17 @@ class PrefillPacer:
 
     def decoded(self, seconds: float) -> None:
         self._decode_since_prefill_s += seconds
+        self._decode_owed_s = max(self._decode_owed_s - seconds, 0.0)
+
+    def chunked(self, seconds: float) -> None:
+        """A long input's chunk ran for `seconds`: decoding is owed its share before the next one."""
+        self._decode_owed_s += seconds * (1.0 - LONG_LANE_SHARE) / LONG_LANE_SHARE
+
+    def chunk_waits(self, decoding: bool) -> bool:
+        """While sequences decode: the next chunk waits until decoding has had its share."""
+        if not decoding:
+            self._decode_owed_s = 0.0  # nobody to share with: what was owed lapses
+        return self._decode_owed_s > 0.0
 
     def small_bin_waits(self, prompt_tokens: int, token_budget: int) -> bool:
         """While sequences decode: a bin under half the budget waits for decoding's share."""

@@ -6,7 +6,8 @@ token in the same forward, and while sequences decode a bin whose prefill would 
 step should is cut into parts prefilled one per step (both off by default: on an H200 mixing gained
 no latency, and parts run apart from decoding cost more at high load than they save,
 docs/streaming.md). Else one chunk of a long input, alternating with decode steps so active
-sequences keep moving; else one decode step over every active sequence.
+sequences keep moving, and while they decode taking at most a bounded share of the engine's time
+(prefill_pacing.LONG_LANE_SHARE); else one decode step over every active sequence.
 """
 
 from __future__ import annotations
@@ -110,7 +111,8 @@ class Scheduler:
             return MixedStep(plan, Decode(list(self.decoding.seqs)))
         if plan is not None:
             return plan
-        if self.prefilling is not None and not (self._last_was_chunk and self.decoding):
+        chunk_waits = self.pacer.chunk_waits(bool(self.decoding))
+        if self.prefilling is not None and not (self.decoding and (self._last_was_chunk or chunk_waits)):
             self._last_was_chunk = True
             seq = self.prefilling
             chunk = self._shrunk_chunks.get(seq.seq_id, self.chunk_tokens)
@@ -127,6 +129,8 @@ class Scheduler:
             self.pacer.prefilled(seconds, _prompt_tokens(plan))
         elif isinstance(plan, Decode):
             self.pacer.decoded(seconds)
+        elif isinstance(plan, PrefillChunk):
+            self.pacer.chunked(seconds)
 
     def _may_mix(self) -> bool:
         return (self.mixed_steps and bool(self.decoding)
