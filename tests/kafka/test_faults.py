@@ -78,7 +78,7 @@ def test_faults_hostile_stream_answered_exactly_once_through_kills_rebalance_and
     args = argparse.Namespace(records=30, huge_mb=0.25, kills=2, guarantee="exactly-once", broker_port=port,
                               compare_huge=False, rate=4.0, latency_work_cap=0, stream="hostile", hostile_scale="ci",
                               seed=1, timeout=560.0, out=tmp_path / "report.json", stall_s=STALL_S, defaults=False,
-                              no_rebalance=False, no_broker_restart=False)
+                              no_rebalance=False, no_broker_restart=False, work_cap=None)
     code = faults.run(args)
     report = json.loads(args.out.read_text())["scenarios"]["faults/exactly-once"]
     assert report["reader_error"] is None

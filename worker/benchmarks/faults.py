@@ -54,6 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--latency-work-cap", type=int, default=0,
                         help="the worker's --max-record-tokens in the latency runs (default 0: no cap, so "
                              "the huge record is summarised whole: fairness alone bounds the others)")
+    parser.add_argument("--work-cap", type=int, default=None,
+                        help="the worker's --max-record-tokens in the fault scenarios (default: the worker's own)")
     parser.add_argument("--stream", choices=("records", "log-lines", "hostile"), default="records",
                         help="realistic records, raw syslog lines answered per host window, or records and "
                              "log lines mixed with every hostile input (faults_hostile)")
@@ -115,7 +117,8 @@ def _run(args: argparse.Namespace, kafka_sh) -> int:
             plan = Plan(records=args.records, huge_bytes=int(args.huge_mb * (1 << 20)), kills=args.kills,
                         rebalance=not args.no_rebalance, broker_restart=not args.no_broker_restart, guarantee=g,
                         seed=args.seed, produce_rate=args.rate, timeout_s=args.timeout, stream=args.stream,
-                        hostile_scale=args.hostile_scale, stall_s=args.stall_s, defaults=args.defaults)
+                        hostile_scale=args.hostile_scale, stall_s=args.stall_s, defaults=args.defaults,
+                        worker_args={} if args.work_cap is None else {"max-record-tokens": str(args.work_cap)})
             # the hostile stream brings its own huge line (faults_hostile): no huge record beside it
             report["scenarios"][f"faults/{g}"] = run_plan(plan, bootstrap, tokenizer, work,
                                                           with_huge=args.stream != "hostile",
