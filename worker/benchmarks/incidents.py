@@ -317,6 +317,7 @@ def run(args: argparse.Namespace) -> int:
         "results": results,
     }
     report["ves_path_topology_rules"] = ves_path(RoomConfig(topology=topology, rules=rules), rows, SNAPSHOT_EVERY)
+    report["ves_path_topology_learning"] = ves_path(RoomConfig(topology=topology), rows, SNAPSHOT_EVERY)
     if sweep:
         report["sweep_topology_rules"] = sweep
     text = json.dumps(report, indent=2) + "\n"
