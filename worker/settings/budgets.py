@@ -39,10 +39,10 @@ PREFIX_CACHE_MAX_ROWS = 65536
 BUDGETS = ("token_budget", "max_seqs_per_bin", "kv_rows")
 
 # The per-record work cap (`engine.max_record_tokens`) left unset follows the device: on a GPU the
-# body tokens below (an H200 prefills them in well under a second, docs/engine.md); on CPU the body
-# tokens the device prefills in CPU_WORK_CAP_S, from a prefill measured at start-up, so that one
-# record over it (a 50 MB syslog line) costs a 2-core machine about three times that in all:
-# tokenising its selection, prefilling and decoding its pieces, the merge.
+# body tokens below (the cap before it followed the device: seconds of prefill there); on CPU the
+# body tokens the device prefills in CPU_WORK_CAP_S, from a prefill measured at start-up, so that
+# one record over it (a 50 MB syslog line) costs a 2-core machine about three times that in all:
+# planning its selection, prefilling and decoding its pieces, the merge.
 GPU_WORK_CAP_TOKENS = 131072
 CPU_WORK_CAP_S = 10.0
 # The smallest cap: a selection still holds a head, a tail and a table of line templates.

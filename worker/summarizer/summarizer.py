@@ -131,8 +131,8 @@ class Summarizer:
         self.long_records = LongRecords(
             tokenizer=self.tokenizer, tokenize=self.tokenize,
             max_prompt_tokens=self.max_context - self.params.max_new_tokens,
-            max_record_tokens=self.work_cap.tokens if self.work_cap else None, over_cap=engine.over_cap, add=self._add, push=self.results.push,
-            wake=self._prepared.put)
+            max_record_tokens=self.work_cap.tokens if self.work_cap else None, over_cap=engine.over_cap,
+            add=self._add, push=self.results.push, wake=self._prepared.put)
         self._thread: threading.Thread | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
