@@ -185,8 +185,8 @@ def decode_batch(events: list, message: Message, max_items: int,
                                             msgspec.json.encode)
         raw = msgspec.json.encode(event)
         if not isinstance(event, dict):
-            letter = InvalidRecord("invalid_field", f"element {index} of the array is JSON {json_kind(event)}, "
-                                                    f"not an event (an object)", original=raw)
+            letter = InvalidRecord("invalid_field", f"element {index} of the array is {json_kind(event)}, not an "
+                                                    f"event (a JSON object)", original=raw)
             items.append(letter)
             continue
         part = dataclasses.replace(message, value=raw, batch_index=index)
