@@ -146,7 +146,8 @@ class _Target:
                     self._logged = time.monotonic()
                     log.warning("alerts: %s: %d alerts dropped, more than %d waiting (%d dropped in all)",
                                 self.url, over, self.bound, self._counts["dropped"])
-            self._cond.notify()
+            if time.monotonic() >= self._next_try:  # in a backoff the thread wakes when it ends, not per alert
+                self._cond.notify()
 
     def close(self, deadline: float) -> None:
         with self._cond:
