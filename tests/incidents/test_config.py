@@ -55,3 +55,23 @@ def test_config_operator_rules_win_unless_extended(tmp_path):
         load_settings(None, {**base, "TELESUM_INCIDENT_EXTEND_RULES": "true"}).settings.incidents))
     assert extended.learner is not None and extended.rules.direct == {"LOS": {"LINK"}}
     assert extended.grouping_name == "rules"  # the operator's rules stay the grouping's name
+
+
+def test_config_learned_file_evidence_reaches_the_root_cause_reason(tmp_path):
+    from tests.incidents.conftest import play
+    from worker.incidents import Alarm, IncidentRoom
+    from worker.incidents.learn import LearnedEdge, write_rules
+
+    path = tmp_path / "learned.csv"
+    write_rules(path, [LearnedEdge("PWR", "LOS", 0.9, 0.4, 120, 3, 40.0, 60.0)])
+    with path.open("a") as handle:
+        handle.write("FAN,TEMP\n")  # an operator's own line: no evidence
+    (tmp_path / "t.csv").write_text("a,b\n")
+    env = {"TELESUM_INCIDENT_TOPIC": "incidents", "TELESUM_INCIDENT_TOPOLOGY": str(tmp_path / "t.csv"),
+           "TELESUM_INCIDENT_LEARNED_RULES": str(path), "TELESUM_INCIDENT_LEARN_CAUSES": "false"}
+    room = IncidentRoom(RoomConfig.from_settings(load_settings(None, env).settings.incidents))
+    events = play(room, [Alarm("b", "LOS", 0.0), Alarm("a", "PWR", 2.0), Alarm("a", "FAN", 9000.0),
+                         Alarm("b", "TEMP", 9001.0)])
+    reasons = {e.root_cause.alarm_type: e.root_cause.reason for e in events if e.event == "resolve"}
+    assert reasons["PWR"].startswith("learned: PWR → LOS (PWR near 90% of LOS, LOS near 40% of PWR; 120 co-occurrences)")
+    assert reasons["FAN"].startswith("learned: FAN causes TEMP")

@@ -7,7 +7,7 @@ import random
 from tests.incidents.learn_history import SITES, history, ring
 from worker.incidents import Alarm
 from worker.incidents.graph import load_rules
-from worker.incidents.learn import CauseLearner, write_rules
+from worker.incidents.learn import CauseLearner, read_evidence, write_rules
 
 
 def learned(alarms: list[Alarm], topology=None, **kwargs) -> CauseLearner:
@@ -77,6 +77,9 @@ def test_learned_rules_file_reads_back_as_the_same_rules(tmp_path):
     path = tmp_path / "rules.csv"
     write_rules(path, learner.edges())
     assert load_rules(path).direct == learner.rules().direct == {"POWER": {"LINK_DOWN"}}
+    (edge,) = learner.edges()
+    kept = read_evidence(path)[("POWER", "LINK_DOWN")]
+    assert kept.evidence() == edge.evidence() and kept.cooccurrences == edge.cooccurrences
     odd = [e.__class__("Loss of signal, port 1", 'say "hi"', *[getattr(e, f) for f in e.__slots__[2:]])
            for e in learner.edges()]
     write_rules(path, odd)

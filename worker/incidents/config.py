@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from worker.incidents.graph import CauseRules, Topology, load_rules, load_topology
+from worker.incidents.learn import read_evidence
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class RoomConfig:
     update_interval_s: float = 10.0
     learn_causes: bool = True
     learned_rules: CauseRules | None = None
+    learned_evidence: dict | None = None   # (cause, effect) -> LearnedEdge, from the learned file
     extend_rules: bool = False
 
     def __post_init__(self) -> None:
@@ -74,4 +76,5 @@ class RoomConfig:
                    max_hops=settings.max_hops, idle_s=settings.idle_s,
                    update_interval_s=settings.update_interval_s, learn_causes=settings.learn_causes,
                    learned_rules=load_rules(settings.learned_rules) if settings.learned_rules else None,
+                   learned_evidence=read_evidence(settings.learned_rules) if settings.learned_rules else None,
                    extend_rules=settings.extend_rules)

@@ -239,29 +239,60 @@ class CauseLearner:
 
 
 class LearnedGraph:
-    """The edges the room uses now: the operator's or a learned file's base edges, and the live
-    learner's edges (added, never removing a base edge); `evidence` for the reason text."""
+    """The edges the room uses now: base edges (the operator's rules, or a learned file's) and the live
+    learner's edges (added, never removing or turning round a base edge); `evidence` for the reason
+    text: a live edge's, else a learned file's. `learned_base`: the base edges were learned too."""
 
-    def __init__(self, base: CauseRules | None, learned: list[LearnedEdge]) -> None:
+    def __init__(self, base: CauseRules | None, learned: list[LearnedEdge],
+                 base_evidence: dict[tuple[str, str], LearnedEdge] | None = None, learned_base: bool = False) -> None:
         self.edges = {(e.cause, e.effect): e for e in learned}
+        self.base_evidence = base_evidence or {}
+        self.learned_base = learned_base
         pairs = [(c, e) for c, effects in (base.direct.items() if base is not None else ()) for e in effects]
         base_pairs = set(pairs)
         pairs += [p for p in self.edges if p not in base_pairs and (p[1], p[0]) not in base_pairs]
         self.rules = CauseRules(pairs)
 
     def evidence(self, cause: str, effect: str) -> LearnedEdge | None:
-        return self.edges.get((cause, effect))
+        return self.edges.get((cause, effect)) or self.base_evidence.get((cause, effect))
+
+
+# A learned rules file's columns: the two a rules file needs, then the evidence (optional when read).
+RULES_COLUMNS = ("cause_type", "effect_type", "cause_with_effect", "effect_with_cause", "cooccurrences", "chance",
+                 "lift", "z")
 
 
 def write_rules(path, edges: list[LearnedEdge]) -> None:
-    """The learned edges as a rules file (`TELESUM_INCIDENT_RULES` reads it): a header, one edge a line,
-    each with its evidence as a comment an operator can read and edit."""
-    lines = ["cause_type,effect_type"]
+    """The learned edges as a rules file (`TELESUM_INCIDENT_RULES` and `TELESUM_INCIDENT_LEARNED_RULES`
+    read it): a header, one edge a line with its evidence in the columns after the two names (a rules
+    file reads only the first two; an operator may delete, add or edit lines)."""
+    lines = [",".join(RULES_COLUMNS)]
     for e in edges:
-        lines.append(f"{_csv(e.cause)},{_csv(e.effect)}")
+        lines.append(f"{_csv(e.cause)},{_csv(e.effect)},{e.cause_with_effect:.4f},{e.effect_with_cause:.4f},"
+                     f"{e.cooccurrences},{e.chance},{e.lift:.2f},{e.z:.1f}")
     with open(path, "w", encoding="utf-8") as handle:
-        handle.write("# learned by telesum incidents learn; one cause -> effect a line, evidence in the report\n")
+        handle.write("# learned by telesum incidents learn: cause -> effect, then the evidence (docs/incidents.md)\n")
         handle.write("\n".join(lines) + "\n")
+
+
+def read_evidence(path) -> dict[tuple[str, str], LearnedEdge]:
+    """The evidence columns of a learned rules file, per edge; lines without them (an operator's own)
+    have none. The rules themselves are read by graph.load_rules."""
+    import csv
+
+    found = {}
+    with open(path, newline="", encoding="utf-8") as handle:
+        for row in csv.reader(handle):
+            cells = [c.strip() for c in row]
+            if len(cells) < len(RULES_COLUMNS) or cells[0].startswith("#") or cells[0] == RULES_COLUMNS[0]:
+                continue
+            try:
+                numbers = [float(c) for c in cells[2:len(RULES_COLUMNS)]]
+            except ValueError:
+                continue
+            found[(cells[0], cells[1])] = LearnedEdge(cells[0], cells[1], numbers[0], numbers[1], int(numbers[2]),
+                                                      int(numbers[3]), numbers[4], numbers[5])
+    return found
 
 
 def _csv(name: str) -> str:

@@ -128,7 +128,8 @@ class IncidentRoom:
         base = self.config.rules if self.config.rules is not None else self.config.learned_rules
         if edges is None:
             edges = self.learner.edges() if self.learner is not None else []
-        self.graph = LearnedGraph(base, edges)
+        self.graph = LearnedGraph(base, edges, self.config.learned_evidence,
+                                  learned_base=self.config.rules is None and self.config.learned_rules is not None)
         self.rules = self.graph.rules
         self.grouping.rules = self.rules
         self._rules_version += 1

@@ -57,7 +57,7 @@ def _because(cause: str, effects: list[str], learned: LearnedGraph | None, rule_
     found = [learned.evidence(cause, e) for e in effects] if learned is not None else []
     shown = [e for e in found if e is not None]
     if not shown:
-        return f"rule: {cause} {rule_text}"
+        return f"{'learned' if learned is not None and learned.learned_base else 'rule'}: {cause} {rule_text}"
     shown.sort(key=lambda e: -e.cooccurrences)
     text = ", ".join(f"{e.cause} → {e.effect} ({e.evidence()})" for e in shown[:_REASON_EVIDENCE_SHOWN])
     if len(shown) > _REASON_EVIDENCE_SHOWN or len(shown) < len(effects):
