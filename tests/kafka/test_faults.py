@@ -20,7 +20,8 @@ STALL_S = 90.0
 
 def _no_stall(report: dict) -> None:
     assert report["stalled_partitions"] == [], report["idle_with_work_s"]
-    assert report["first_answer_s"]["by_answer"]["dead_letter"]["count"] >= 10, report["first_answer_s"]
+    # Of the ten hostile inputs every stream carries, two are readable as log lines (summarised).
+    assert report["first_answer_s"]["by_answer"]["dead_letter"]["count"] >= 8, report["first_answer_s"]
 
 
 # The harness bounds itself (timeout_s); pytest's default 300 s would cut it first on a loaded machine.
