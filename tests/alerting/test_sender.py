@@ -95,6 +95,7 @@ def test_sender_root_cause_changes_the_old_labels_are_resolved(recorders, sender
     am = recorders()
     s = sender(am.url)
     s.submit(event("open", root="dev-5", alarm_type="A2"))
+    assert am.wait(lambda r: len(r.alerts()) >= 1)  # posted (in one round with the update it would not be)
     s.submit(event("update", sequence=2, root="dev-1", alarm_type="A1"))
     assert am.wait(lambda r: any(a["labels"]["root_element"] == "dev-1" for a in r.alerts()))
     latest = {a["labels"]["root_element"]: a for a in am.alerts()}
@@ -185,3 +186,17 @@ def test_sender_a_refused_batch_is_counted_and_not_retried(recorders, sender):
     assert am.wait(lambda r: s.stats().targets[0].rejected == 1)
     time.sleep(0.7)
     assert len(am.snapshot()) == 1 and s.stats().targets[0].pending == 0
+
+
+def test_sender_a_burst_of_one_incidents_events_is_one_alert_of_the_latest_its_open_still_timed(recorders, sender):
+    am = recorders()
+    s = sender(am.url)
+    s.submit(event("open"))
+    for n in range(2, 200):
+        s.submit(event("update", sequence=n, alarms=n + 2, model_summary="The model's text." if n == 3 else None))
+    assert am.wait(lambda r: len(r.alerts()) >= 1)
+    time.sleep(0.2)
+    alerts = am.alerts()
+    assert len(alerts) == 1 and alerts[0]["annotations"]["alarms"] == "201"
+    assert alerts[0]["annotations"]["description"] == "The model's text."  # a text in the burst is kept
+    assert len(s.stats().open_delays) == 1

@@ -3,7 +3,7 @@
 The incident loop hands over each acknowledged event (`submit`) and, every `resync_s` and after a
 rebalance, the open incidents of its rooms (`sync`); neither call ever blocks nor wakes a thread: a full
 queue drops the item, counted and logged. The sender thread (`telesum-alerts`) takes what was handed over
-every 20 ms and keeps one alert per open incident:
+every 20 ms (an incident's events of one round: its latest only) and keeps one alert per open incident:
 
   1. an `open` or `update` fires the incident's alert (an older event than one already taken is ignored);
      a root cause or severity that changed the alert's labels resolves the alert under the old ones;
@@ -313,12 +313,27 @@ class AlertSender:
 
     # -- the sender thread -----------------------------------------------------------------
     def _run(self) -> None:
-        """Every _TAKE_EVERY_S: take every item handed over, then give each target its alerts in one put."""
+        """Every _TAKE_EVERY_S: take every item handed over, then give each target its alerts in one put. An
+        incident's events of one round make one alert, from the latest (a backlog brings many per round)."""
         while True:
             closing = self._closing.wait(_TAKE_EVERY_S)
             self._out = []
+            # incident id -> (its latest event this round, when its open was handed over, the model's text)
+            latest: dict[str, tuple[IncidentEvent, float | None, str | None]] = {}
             while self._items:
-                self._take(*self._items.popleft())
+                kind, at, payload = self._items.popleft()
+                if kind == "event":
+                    before = latest.get(payload.incident_id)
+                    opened_at = at if payload.event == "open" else before[1] if before is not None else None
+                    text = payload.model_summary or (before[2] if before is not None else None)
+                    latest[payload.incident_id] = (payload, opened_at, text)
+                    continue
+                for event, opened_at, text in latest.values():  # what came before it first
+                    self._event(event, opened_at, text)
+                latest = {}
+                self._take(kind, payload)
+            for event, opened_at, text in latest.values():
+                self._event(event, opened_at, text)
             self._firing = len(self._incidents)
             if self._out:
                 for target in self._targets:
@@ -326,10 +341,8 @@ class AlertSender:
             if closing:
                 return
 
-    def _take(self, kind: str, at: float, payload) -> None:
-        if kind == "event":
-            self._event(payload, at)
-        elif kind == "sync":
+    def _take(self, kind: str, payload) -> None:
+        if kind == "sync":
             self._sync(payload)
         elif kind == "recovered":
             payload.put([i.alert for i in self._incidents.values()])
@@ -341,19 +354,19 @@ class AlertSender:
         """A target's thread: it gets through again. Its re-post is made on the sender thread."""
         self._put(("recovered", time.monotonic(), target))
 
-    def _event(self, event: IncidentEvent, at: float) -> None:
+    def _event(self, event: IncidentEvent, opened_at: float | None, model_summary: str | None) -> None:
         known = self._incidents.get(event.incident_id)
         if event.event == "resolve":
             now = datetime.now(timezone.utc)
             labels = known.labels if known is not None else labels_of(event, self.settings.severity, self._static)
-            summary = known.model_summary if known is not None else None
+            summary = model_summary or (known.model_summary if known is not None else None)
             self._incidents.pop(event.incident_id, None)
             self._broadcast([_Alert(labels, event, summary, parse_time(event.first_time),
                                     min(parse_time(event.time), now))])
             return
         if known is not None and event.sequence < known.sequence:
             return  # a view taken after this event was acknowledged already said more
-        self._broadcast(self._fire(event, known, opened_at=at if event.event == "open" else None))
+        self._broadcast(self._fire(event, known, opened_at, model_summary))
 
     def _sync(self, views: tuple[IncidentEvent, ...]) -> None:
         alerts: list[_Alert] = []
@@ -364,15 +377,16 @@ class AlertSender:
             if known is not None and view.sequence < known.sequence:
                 alerts.append(known.alert)
                 continue
-            alerts += self._fire(view, known, opened_at=None)
+            alerts += self._fire(view, known, None, None)
         for incident_id in set(self._incidents) - seen:
             del self._incidents[incident_id]
         self._broadcast(alerts)
 
-    def _fire(self, event: IncidentEvent, known: _Incident | None, opened_at: float | None) -> list[_Alert]:
+    def _fire(self, event: IncidentEvent, known: _Incident | None, opened_at: float | None,
+              model_summary: str | None) -> list[_Alert]:
         """The incident's firing alert from `event`, kept; and, when its labels changed, the old alert resolved."""
         labels = labels_of(event, self.settings.severity, self._static)
-        model_summary = event.model_summary or (known.model_summary if known is not None else None)
+        model_summary = model_summary or event.model_summary or (known.model_summary if known is not None else None)
         same_start = known is not None and known.alert.event.first_time == event.first_time
         starts_at = known.alert.starts_at if same_start else parse_time(event.first_time)
         alert = _Alert(labels, event, model_summary, starts_at, None, opened_at)
