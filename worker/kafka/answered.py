@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import time
 import zlib
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,9 @@ log = logging.getLogger(__name__)
 # The broker refuses commit metadata over `offset.metadata.max.bytes` (default 4096): stay under it
 # (the incident loop's bound too).
 MAX_METADATA_CHARS = 4000
+# Answers held back are logged at most this often (a commit is tried every commit_interval_s).
+HELD_LOG_S = 60.0
+_last_held_log = float("-inf")
 
 
 @dataclass(frozen=True)
@@ -126,9 +130,12 @@ def settle(next_commit: int | None, pending: Sequence[int], complete: Callable[[
         ready = [rid for rid, covers in staged.items()
                  if all(_below(o, next_commit) or complete(o) for o in covers)]
         held = len(ready) - len(settlement.publish)
-        log.warning("answers past the committed offset %d: listing them all would exceed %d characters of "
-                    "commit metadata; %d answers held back until the offset moves", settlement.position,
-                    max_chars, held)
+        global _last_held_log
+        if time.monotonic() - _last_held_log >= HELD_LOG_S:
+            _last_held_log = time.monotonic()
+            log.warning("answers past the committed offset %d: listing them all would exceed %d characters of "
+                        "commit metadata; %d answers held back until the offset moves", settlement.position,
+                        max_chars, held)
         settlement = Settlement(settlement.position, settlement.listed, settlement.publish, settlement.metadata,
                                 held)
     if len(settlement.metadata) > max_chars:
