@@ -41,7 +41,8 @@ build() {
     done
     mkdir -p "$DIR"
     echo "alertmanager.sh: building Alertmanager $VERSION (a few minutes, once)" >&2
-    (cd "$work/src" && nice -n 10 go build -trimpath \
+    # Static (no cgo), as Alertmanager's own releases: the binary also runs in the Compose image.
+    (cd "$work/src" && CGO_ENABLED=0 nice -n 10 go build -trimpath \
         -ldflags "-X github.com/prometheus/common/version.Version=${VERSION#v}" \
         -o "$BIN.part" ./cmd/alertmanager)
     mv "$BIN.part" "$BIN"
