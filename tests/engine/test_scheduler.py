@@ -2,6 +2,7 @@
 
 from worker.engine.kv_arena import SlabAllocator
 from worker.engine.plans import Decode, MixedStep, PrefillBin, PrefillChunk
+from worker.engine.prefill_pacing import CHUNK_TARGET_S, MIN_CHUNK_TOKENS
 from worker.engine.scheduler import Scheduler
 from worker.engine.sequence import SamplingParams, Sequence
 
@@ -208,3 +209,22 @@ def test_scheduler_long_lane_takes_a_bounded_share_while_a_short_sequence_decode
     assert short_chunks <= 2 and short_clock < 6.0
     long_clock, long_chunks = finished_at[long.seq_id]
     assert long_chunks == 30 and long_clock < 30 * chunk_s + 2.0  # the long lane lost only the short's turn
+
+
+def test_scheduler_long_lane_chunks_shrink_to_the_target_time_once_timed():
+    # A 2-core CPU: the first 2,048-token chunk took 8 s, so later chunks hold the tokens of about
+    # CHUNK_TARGET_S (a record arriving behind one waits that long, not 8 s); never below the floor.
+    sched = Scheduler(SlabAllocator(20000), eos_ids=(), chunk_tokens=2048)
+    long = _seq(0, 6000)
+    sched.add_long(long)
+    sizes = []
+    while long.num_prefilled < long.prompt_len:
+        plan = sched.schedule()
+        assert isinstance(plan, PrefillChunk)
+        sizes.append(plan.end - plan.start)
+        sched.observe_step(plan, 8.0 * (plan.end - plan.start) / 2048)
+        sched.postprocess(plan, [60] if plan.is_last else [])
+    assert sizes[0] == 2048 and set(sizes[1:-1]) == {int(CHUNK_TARGET_S / (8.0 / 2048))} == {512}
+    slow = Scheduler(SlabAllocator(20000), eos_ids=(), chunk_tokens=2048)
+    slow.pacer.chunked(60.0, 2048)  # a starved machine: 30 ms a token
+    assert slow.pacer.chunk_tokens(2048) == MIN_CHUNK_TOKENS

@@ -29,6 +29,12 @@ STEP_TARGET_S = 0.05
 # decoding on a 2-core CPU: a 2,048-token chunk of the embedded model took seconds, so an alarm
 # behind a 50 MB line waited a chunk per token of its answer.
 LONG_LANE_SHARE = 0.5
+# Once prefills have been timed, a long input's chunk holds the prompt tokens that take about this
+# long (at least MIN_CHUNK_TOKENS, at most a bin's budget): a record arriving behind it waits that
+# long for its own prefill. A 2,048-token chunk of the embedded model took 10-40 s on 2 shared
+# cores; a GPU prefills a bin's budget in far less, so its chunks stay whole.
+CHUNK_TARGET_S = 2.0
+MIN_CHUNK_TOKENS = 256
 # The per-token cost is the median of the last prefills': one slow step (the first of a new shape
 # compiles) must not cut the next bins into one-prompt steps.
 _COST_WINDOW = 9
@@ -43,6 +49,7 @@ class PrefillPacer:
         self._decode_since_prefill_s = 0.0  # decode steps' run time since then
         self._costs: deque[float] = deque(maxlen=_COST_WINDOW)  # s per prompt token beyond the fixed cost
         self._decode_owed_s = 0.0  # decode time due before the long lane's next chunk
+        self._chunk_costs: deque[float] = deque(maxlen=_COST_WINDOW)  # s per prompt token of a chunk
 
     def prefilled(self, seconds: float, prompt_tokens: int) -> None:
         """A bin's prefill step (alone or with decode rows) ran for `seconds`."""
@@ -53,9 +60,20 @@ class PrefillPacer:
         self._decode_since_prefill_s += seconds
         self._decode_owed_s = max(self._decode_owed_s - seconds, 0.0)
 
-    def chunked(self, seconds: float) -> None:
-        """A long input's chunk ran for `seconds`: decoding is owed its share before the next one."""
+    def chunked(self, seconds: float, prompt_tokens: int) -> None:
+        """A long input's chunk of `prompt_tokens` ran for `seconds`: decoding is owed its share
+        before the next one."""
         self._decode_owed_s += seconds * (1.0 - LONG_LANE_SHARE) / LONG_LANE_SHARE
+        self._chunk_costs.append(seconds / max(prompt_tokens, 1))
+
+    def chunk_tokens(self, budget: int) -> int:
+        """Prompt tokens of a long input's next chunk: those of about CHUNK_TARGET_S at the cost per
+        token the last chunks (else the last bins) took, within [MIN_CHUNK_TOKENS, budget]."""
+        costs = self._chunk_costs or self._costs
+        cost = float(np.median(costs)) if costs else 0.0
+        if not cost:
+            return budget
+        return min(budget, max(MIN_CHUNK_TOKENS, int(CHUNK_TARGET_S / cost)))
 
     def chunk_waits(self, decoding: bool) -> bool:
         """While sequences decode: the next chunk waits until decoding has had its share."""

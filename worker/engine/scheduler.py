@@ -7,7 +7,8 @@ step should is cut into parts prefilled one per step (both off by default: on an
 no latency, and parts run apart from decoding cost more at high load than they save,
 docs/streaming.md). Else one chunk of a long input, alternating with decode steps so active
 sequences keep moving, and while they decode taking at most a bounded share of the engine's time
-(prefill_pacing.LONG_LANE_SHARE); else one decode step over every active sequence.
+(prefill_pacing.LONG_LANE_SHARE), each chunk about CHUNK_TARGET_S long once prefills were timed;
+else one decode step over every active sequence.
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ class Scheduler:
         if self.prefilling is not None and not (self.decoding and (self._last_was_chunk or chunk_waits)):
             self._last_was_chunk = True
             seq = self.prefilling
-            chunk = self._shrunk_chunks.get(seq.seq_id, self.chunk_tokens)
+            chunk = self._shrunk_chunks.get(seq.seq_id) or self.pacer.chunk_tokens(self.chunk_tokens)
             return PrefillChunk(seq, seq.num_prefilled, min(seq.num_prefilled + chunk, seq.prompt_len))
         self._last_was_chunk = False
         return Decode(list(self.decoding.seqs)) if self.decoding else None
@@ -130,7 +131,7 @@ class Scheduler:
         elif isinstance(plan, Decode):
             self.pacer.decoded(seconds)
         elif isinstance(plan, PrefillChunk):
-            self.pacer.chunked(seconds)
+            self.pacer.chunked(seconds, plan.end - plan.start)
 
     def _may_mix(self) -> bool:
         return (self.mixed_steps and bool(self.decoding)
