@@ -14,6 +14,7 @@ from kafka.structs import MemberState, OffsetAndMetadata
 
 from worker.settings.kafka import KafkaSettings
 from worker.kafka.codecs import limit_batch_size
+from worker.kafka.parked import release_parked
 from worker.kafka.undecodable import StuckPartition, UndecodableBatch, isolate, oversized_batch, pending_decode_error
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ class Consumer:
         with on_undecodable_batch "exit" it then raises UndecodableBatch. A batch that expands beyond
         max_batch_bytes comes back as one `OversizedBatchRecord` per offset (answered, not waited on)."""
         self._retry_stuck()
+        release_parked(self.client)
         try:
             kept = pending_decode_error(self.client)
             if kept is not None:  # kafka-python would drop it for a paused partition and spin

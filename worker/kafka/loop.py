@@ -9,6 +9,7 @@ calls it after every step), never from its parts.
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -138,7 +139,7 @@ class KafkaWorker:
         self.committer = Committer(settings, self.consumer, self.producer, self.answers, self.tracker, self.counts)
         self.intake = Intake(settings, self._dead_letter)
         self._in_summarizer: dict[RequestId, Pending] = {}
-        self._paused_by_us = False
+        self._held: set[TopicPartition] = set()      # paused: their share of a full summarizer
         self._revoking: set[TopicPartition] = set()
         self._restoring: set[TopicPartition] = set()  # assigned: read what their last commit lists first
         self._ahead: set[TopicPartition] = set()      # paused: MAX_READ_AHEAD records past an unanswered one
@@ -239,7 +240,6 @@ class KafkaWorker:
     def _drain(self) -> None:
         """Stop fetching; finish and publish what the summarizer holds; commit the done prefix."""
         self.consumer.pause(self.consumer.assignment())
-        self._paused_by_us = True
         self.intake.backlog.clear()  # not started: left uncommitted, replayed by whoever reads next
         for pending in self.intake.close_all_windows():  # open windows are answered before the drain ends
             try:
@@ -327,28 +327,31 @@ class KafkaWorker:
             self._in_summarizer[pending.rid] = pending
 
     def _apply_backpressure(self) -> None:
-        full = bool(self.intake.backlog) or len(self._in_summarizer) >= self.max_in_flight
+        """Pause the partitions that hold their share of a full summarizer, and those read too far ahead.
+
+        Full: records wait in the backlog, or the summarizer holds `max_in_flight`. Then a partition
+        holding fewer than its share (`max_in_flight` over the partitions assigned) of the backlog and
+        the summarizer keeps reading: its dead letters go out at once and its records queue in a
+        backlog bounded by the shares, instead of waiting for another partition's backlog to drain.
+        While not full every partition reads, so one busy partition still fills the engine."""
+        assigned = self.consumer.assignment()
         # A partition that read MAX_READ_AHEAD records past its oldest unanswered one waits for it: what
         # the loop tracks, and what a commit lists, stays bounded however long one record takes.
-        ahead = {tp for tp in self.consumer.assignment() if self.tracker.in_flight(tp) >= MAX_READ_AHEAD}
+        ahead = {tp for tp in assigned if self.tracker.in_flight(tp) >= MAX_READ_AHEAD}
         if ahead - self._ahead:
             log.warning("partitions %s read %d records past their oldest unanswered one: paused until it is "
                         "answered", sorted(map(tuple, ahead - self._ahead)), MAX_READ_AHEAD)
-        if full:
-            unpaused = self.consumer.assignment() - self.consumer.paused()  # incl. newly assigned ones
-            if unpaused:
-                self.consumer.pause(unpaused)
-                self.counts.backpressure_pauses += not self._paused_by_us
-            self._paused_by_us = True
-        else:
-            if self._paused_by_us:
-                self.consumer.resume(self.consumer.assignment() - ahead)
-                self._paused_by_us = False
-            elif self._ahead - ahead:
-                self.consumer.resume(self._ahead - ahead)
-            if ahead - self.consumer.paused():
-                self.consumer.pause(ahead)
-        self._ahead = ahead
+        held: set[TopicPartition] = set()
+        if self.intake.backlog or len(self._in_summarizer) >= self.max_in_flight:
+            share = max(1, -(-self.max_in_flight // max(1, len(assigned))))
+            load = collections.Counter(p.rid.tp for p in self.intake.backlog)
+            load.update(rid.tp for rid in self._in_summarizer)
+            held = {tp for tp in assigned if load[tp] >= share}
+            self.counts.backpressure_pauses += bool(held and not self._held)
+        keep_paused = held | ahead
+        self.consumer.resume((self._held | self._ahead) - keep_paused)
+        self.consumer.pause(keep_paused - self.consumer.paused())
+        self._held, self._ahead = held, ahead
 
     def _on_result(self, rid: RequestId, result: Summary | Exception) -> None:
         pending = self._in_summarizer.pop(rid, None)
