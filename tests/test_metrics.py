@@ -39,8 +39,10 @@ def test_metrics_observe_loop_counters_follow_stats_deltas():
     counts = WorkerStats(consumed=5, summaries=3, reasons={"invalid_json": 1})
     metrics.observe_loop(loop_stats(counts))
     metrics.observe_loop(loop_stats(counts))  # unchanged stats add nothing
-    counts = WorkerStats(consumed=9, summaries=7, commits=2, reasons={"invalid_json": 2, "empty_body": 1})
+    counts = WorkerStats(consumed=9, summaries=7, commits=2, answered_before=3,
+                         reasons={"invalid_json": 2, "empty_body": 1})
     metrics.observe_loop(loop_stats(counts))
+    assert _value(metrics, "telesum_answered_before_total") == 3
     assert _value(metrics, "telesum_records_consumed_total") == 9
     assert _value(metrics, "telesum_summaries_published_total") == 7
     assert _value(metrics, "telesum_commits_total") == 2
@@ -51,7 +53,8 @@ def test_metrics_observe_loop_counters_follow_stats_deltas():
 def test_metrics_observe_loop_gauges_show_queues_partitions_and_commit_lag():
     metrics = WorkerMetrics("cpu", "w-1")
     metrics.observe_loop(loop_stats(backlog=2, in_summarizer=5, unfinished_answers=1, assigned=2, paused=1,
-                                    commit_lag=4))
+                                    commit_lag=4, held_back=6))
+    assert _value(metrics, "telesum_answers_held_back") == 6
     assert _value(metrics, "telesum_backlog_records") == 2
     assert _value(metrics, "telesum_in_flight_records") == 5
     assert _value(metrics, "telesum_unacked_publishes") == 1

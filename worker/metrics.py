@@ -40,6 +40,7 @@ _STAT_COUNTERS = {
     "republished": ("telesum_republished", "outputs sent again after a failed publish"),
     "commits": ("telesum_commits", "offset commits"),
     "backpressure_pauses": ("telesum_backpressure_pauses", "times the worker paused its partitions"),
+    "answered_before": ("telesum_answered_before", "inputs skipped when read again: a commit listed them as answered"),
 }
 # SummarizerStats field -> cumulative counter (name, help)
 _SUMMARIZER_COUNTERS = {
@@ -92,6 +93,8 @@ class WorkerMetrics:
                            "input partitions paused at a batch that cannot be decoded (missing codec, corrupt)")
         self.undecodable = counter("telesum_undecodable_batches",
                                    "fetched batches that could not be decoded, retries included")
+        self.held_back = gauge("telesum_answers_held_back",
+                               "answers ready but not published: the commit metadata cannot list their inputs yet")
         self.commit_lag = gauge("telesum_commit_lag_records",
                                 "polled records not yet in a done prefix: what the commit position waits on")
         self.queue_seqs = gauge("telesum_summarizer_queue_sequences", "sequences waiting in the dispatcher")
@@ -139,6 +142,7 @@ class WorkerMetrics:
         self.in_flight.set(stats.in_summarizer)
         self.unacked.set(stats.unfinished_answers)
         self.commit_lag.set(stats.commit_lag)
+        self.held_back.set(stats.held_back)
         self.assigned.set(stats.assigned)
         self.paused.set(stats.consumer.paused)
         self.stuck.set(len(stats.consumer.stuck))

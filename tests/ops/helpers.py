@@ -10,10 +10,11 @@ from worker.summarizer.summarizer import SummarizerStats
 
 
 def loop_stats(counts: WorkerStats | None = None, *, backlog=0, in_summarizer=0, unfinished_answers=0, commit_lag=0,
-               assigned=0, paused=0, stuck=(), undecodable_batches=0, partitions=None) -> LoopStats:
+               held_back=0, assigned=0, paused=0, stuck=(), undecodable_batches=0, partitions=None) -> LoopStats:
     """A KafkaWorker.stats() snapshot with the given values (the rest zero)."""
     return LoopStats(counts=counts or WorkerStats(), backlog=backlog, in_summarizer=in_summarizer,
-                     unfinished_answers=unfinished_answers, commit_lag=commit_lag, assigned=assigned,
+                     unfinished_answers=unfinished_answers, commit_lag=commit_lag, held_back=held_back,
+                     assigned=assigned,
                      consumer=ConsumerStats(stable=True, paused=paused, stuck=tuple(stuck),
                                             undecodable_batches=undecodable_batches),
                      partitions=partitions)

@@ -105,6 +105,7 @@ class LoopStats:
     in_summarizer: int           # records inside the summarizer
     unfinished_answers: int      # answers not yet acknowledged (exactly-once: not yet committed)
     commit_lag: int              # polled records not yet in a done prefix: what the commit position waits on
+    held_back: int               # answers ready but held back at the last commit (the commit metadata's bound)
     assigned: int                # partitions this member holds
     consumer: ConsumerStats
     partitions: tuple[PartitionStats, ...] | None  # with their lag: only from stats(lag=True)
@@ -221,6 +222,7 @@ class KafkaWorker:
         counts = replace(self.counts, reasons=dict(self.counts.reasons))
         return LoopStats(counts=counts, backlog=self.intake.staged, in_summarizer=len(self._in_summarizer),
                          unfinished_answers=self.committer.unfinished, commit_lag=self.tracker.in_flight(),
+                         held_back=self.committer.held_back,
                          assigned=len(self.tracker.partitions()), consumer=consumer_stats(self.consumer),
                          partitions=self._partition_stats() if lag else None)
 
