@@ -4,7 +4,7 @@ slower input below them, and how the commit says so.
 A partition's committed offset still only covers its contiguous answered prefix; inputs answered above
 it are *listed* in the commit's metadata, and whoever reads the partition next (a restart, a rebalance)
 skips the listed inputs instead of answering them again. The incident loop keeps the same kind of list
-(`incident_partition.py`: a compressed bitmap in the commit metadata); this is its form for offsets.
+(`incident_partition.py`, over its inputs in feed order) with this module's bitmap and packing.
 
 Metadata, JSON: {"answered_from": P, "answered": base64(zlib(bitmap))}, bit k set = offset P + k was
 answered; P is the committed offset itself. A run of answered offsets compresses to a few bytes, so the

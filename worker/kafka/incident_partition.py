@@ -23,7 +23,6 @@ Only from the incident loop's thread.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import time
@@ -35,13 +34,12 @@ import msgspec
 from kafka import TopicPartition
 
 from worker.incidents import Alarm, IncidentRoom, RoomConfig
+from worker.kafka.answered import MAX_METADATA_CHARS, Listed, pack_bits, unpack_bits
 from worker.messages import IncidentEvent
 
 log = logging.getLogger(__name__)
 
 wall_clock = time.monotonic  # the wall time the room's clock moves on by between alarms (a test replaces it)
-# The broker refuses commit metadata over `offset.metadata.max.bytes` (default 4096): stay under it.
-MAX_METADATA_CHARS = 4000
 
 
 class InputRef(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -76,7 +74,7 @@ class Restore(msgspec.Struct, frozen=True):
             found = json.loads(metadata)
             if found.get("snapshot"):  # committed with a state topic: nothing to rebuild from here
                 return None
-            listed = zlib.decompress(base64.b64decode(found["listed"])) if found.get("listed") else b""
+            listed = unpack_bits(found["listed"]) if found.get("listed") else b""
             return cls(int(found["covered_through"]), listed)
         except (ValueError, KeyError, TypeError, zlib.error) as exc:
             log.warning("commit metadata %r is not the incident loop's (%s): nothing is taken as listed",
@@ -190,7 +188,7 @@ class PartitionRoom:
         if self._listed:
             k = self._answered_since_restore
             self._answered_since_restore += 1
-            if k < len(self._listed) * 8 and self._listed[k // 8] >> (k % 8) & 1:
+            if k in Listed(0, self._listed):
                 self.echo.add(ref)
                 if not self.snapshots:
                     self.fed.append(ref)  # covered: counted in the next commit's map as listed
@@ -229,11 +227,7 @@ class PartitionRoom:
 def _metadata(covered_through: int, bits: list[bool], tp: TopicPartition) -> str:
     found = {"covered_through": covered_through}
     if bits:
-        packed = bytearray((len(bits) + 7) // 8)
-        for k, bit in enumerate(bits):
-            if bit:
-                packed[k // 8] |= 1 << (k % 8)
-        found["listed"] = base64.b64encode(zlib.compress(bytes(packed), 9)).decode()
+        found["listed"] = pack_bits(Listed.of(0, (k for k, bit in enumerate(bits) if bit)).bits)
     text = json.dumps(found, separators=(",", ":"))
     if len(text) > MAX_METADATA_CHARS:
         # Inputs listed above covered_through would be listed again after a crash: say so, keep committing.
