@@ -294,27 +294,36 @@ def startup_breakdown(lines: list[str], t0_wall: float, first_summary_s: float |
     return out
 
 
-def cold_start(out: Path, tokenizer_dir: Path, log, *, cpu: bool = False, into: dict | None = None) -> dict:
-    """`telesum summarize` as a process on a SmolLM2-shaped model folder: start -> first summary,
-    with empty caches (cold) and then with what the cold run left (warm), each with its start-up
-    breakdown. cpu: on the CPU, 3 records and 8 new tokens (the method, not the figure)."""
+def shape_model_dir(work: Path, *, cpu: bool = False) -> Path:
+    """work/smollm2-shape: a Hugging Face model folder of the SmolLM2-135M shape with random bf16 weights
+    (saved once; later calls reuse it)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from gpu_job import SHAPES, records_for
-    import msgspec
+    from gpu_job import SHAPES
 
-    device = "cpu" if cpu else "cuda"
-    work = Path("/tmp/telesum-cold-cpu" if cpu else "/tmp/telesum-cold")
     model_dir = work / "smollm2-shape"
     if not (model_dir / "config.json").exists():
         fields = {k: v for k, v in SHAPES["smollm2"][1].items() if k != "model_type"}
-        with torch.device(device):
+        with torch.device("cpu" if cpu else "cuda"):
             model = LlamaForCausalLM(LlamaConfig(**fields)).to(torch.bfloat16)
         model.save_pretrained(model_dir)
         del model
         if not cpu:
             torch.cuda.empty_cache()
+    return model_dir
+
+
+def cold_start(out: Path, tokenizer_dir: Path, log, *, cpu: bool = False, into: dict | None = None) -> dict:
+    """`telesum summarize` as a process on a SmolLM2-shaped model folder: start -> first summary,
+    with empty caches (cold) and then with what the cold run left (warm), each with its start-up
+    breakdown. cpu: on the CPU, 3 records and 8 new tokens (the method, not the figure)."""
+    from gpu_job import records_for
+    import msgspec
+
+    device = "cpu" if cpu else "cuda"
+    work = Path("/tmp/telesum-cold-cpu" if cpu else "/tmp/telesum-cold")
+    model_dir = shape_model_dir(work, cpu=cpu)
     data = work / "records.jsonl"
     data.write_bytes(b"".join(msgspec.json.encode(r) + b"\n" for r in records_for("short", 3 if cpu else 600)))
     cache = work / "cache"

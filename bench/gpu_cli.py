@@ -1,0 +1,127 @@
+"""`telesum summarize` as users run it, beside the same Summarizer fed in one process: the steady rate of each.
+
+    python bench/gpu_cli.py --out DIR --tokenizer TOKENIZER_DIR [--sizes 1000,7000] [--new-tokens 64]
+        [--spy]      # py-spy (GIL holders, per thread) over the CLI's larger run: DIR/cli_spy_gil.txt
+    python bench/gpu_cli.py --out DIR --tokenizer TOKENIZER_DIR --cpu --sizes 4,8 --new-tokens 4  # the method only
+
+A model folder of the SmolLM2-135M shape with random weights (as `gpu_stream.py --cold-start` saves
+it), `telesum produce`'s `short` records, EOS off (random weights), the stop string and sampling as
+the command's defaults. Each size is run as a whole process (process start to exit) and, in this
+process, through one Summarizer built by the commands' own start-up (`start_summarizer`), started once
+and fed each size in turn. The steady rate of each is the difference of the two sizes:
+(N2 - N1) / (t2 - t1), so the start-up, the pipeline's filling and its last, thinning decode steps
+cancel out; the single-size rate N / t is reported beside it. Writes DIR/gpu_cli.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_job import records_for  # noqa: E402
+from gpu_stream import shape_model_dir  # noqa: E402
+
+WORK = Path("/tmp/telesum-cli")
+
+
+def cli_run(model_dir: Path, tokenizer: Path, data: Path, new_tokens: int, env: dict, device: str,
+            spy: Path | None = None) -> dict:
+    output = data.with_suffix(".out.jsonl")
+    output.unlink(missing_ok=True)
+    output.with_name(output.name + ".rejects.jsonl").unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "worker.cli", "summarize", str(data), "-o", str(output), "--model", str(model_dir),
+           "--tokenizer", str(tokenizer), "--max-new-tokens", str(new_tokens), "--device", device, "--no-progress"]
+    if spy is not None:
+        cmd = ["py-spy", "record", "-r", "100", "--gil", "--threads", "-f", "raw", "-o", str(spy), "--"] + cmd
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, cwd=WORK, capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    summaries = sum(1 for _ in output.open()) if output.exists() else 0
+    return {"seconds": seconds, "returncode": proc.returncode, "summaries": summaries,
+            "log_tail": proc.stdout[-1500:] + proc.stderr[-1500:] if proc.returncode else ""}
+
+
+def in_process_runs(model_dir: Path, tokenizer: Path, files: dict[int, Path], new_tokens: int, device: str) -> dict:
+    """One Summarizer as the command builds it; each size fed in turn after a warm-up, timed to its last result."""
+    from worker.commands.startup import start_summarizer
+    from worker.messages import TelemetryRecord
+    from worker.settings.load import from_values
+
+    settings = from_values({"engine.model": str(model_dir), "engine.tokenizer": str(tokenizer),
+                            "engine.max_new_tokens": new_tokens, "engine.device": device})
+    summarizer = start_summarizer(settings, "summarize").summarizer
+    summarizer.start()
+    decoder = msgspec.json.Decoder(TelemetryRecord)
+    out = {}
+    try:
+        warm = [decoder.decode(line) for line in files[min(files)].read_bytes().splitlines()[:300]]
+        list(summarizer.results_in_order(warm))
+        for size, path in sorted(files.items()):
+            records = [decoder.decode(line) for line in path.read_bytes().splitlines()]
+            t0 = time.perf_counter()
+            failed = sum(isinstance(r, Exception) for _, r in summarizer.results_in_order(records))
+            out[size] = {"seconds": time.perf_counter() - t0, "failed": failed}
+    finally:
+        summarizer.close(drain=False)
+    return out
+
+
+def steady(runs: dict[int, dict]) -> float | None:
+    (n1, r1), (n2, r2) = sorted(runs.items())[0], sorted(runs.items())[-1]
+    return (n2 - n1) / (r2["seconds"] - r1["seconds"]) if r2["seconds"] > r1["seconds"] else None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--tokenizer", type=Path, required=True)
+    ap.add_argument("--sizes", default="1000,7000")
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--spy", action="store_true")
+    ap.add_argument("--cpu", action="store_true", help="on the CPU: the method, not the figures")
+    ap.add_argument("--label", default="", help="a name for this code in the results (e.g. a commit)")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    tokenizer = args.tokenizer.resolve()
+    WORK.mkdir(parents=True, exist_ok=True)
+    device = "cpu" if args.cpu else "cuda"
+    model_dir = shape_model_dir(WORK, cpu=args.cpu)
+    sizes = sorted(int(s) for s in args.sizes.split(","))
+    records = records_for("short", sizes[-1])
+    files = {}
+    for size in sizes:
+        files[size] = WORK / f"records_{size}.jsonl"
+        files[size].write_bytes(b"".join(msgspec.json.encode(r) + b"\n" for r in records[:size]))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "XDG_CACHE_HOME": str(WORK / "cache"),
+           "PYTHONPYCACHEPREFIX": str(WORK / "cache" / "pycache")}
+    res: dict = {"label": args.label, "sizes": sizes, "new_tokens": args.new_tokens,
+                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    cli_run(model_dir, tokenizer, files[sizes[0]], args.new_tokens, env, device)  # caches filled: every timed run is warm
+    res["cli"] = {size: cli_run(model_dir, tokenizer, files[size], args.new_tokens, env, device)
+                  for size in sizes}
+    res["cli_steady_records_per_s"] = steady(res["cli"])
+    print("cli", json.dumps(res["cli"]), "steady", res["cli_steady_records_per_s"], flush=True)
+    res["in_process"] = in_process_runs(model_dir, tokenizer, files, args.new_tokens, device)
+    res["in_process_steady_records_per_s"] = steady(res["in_process"])
+    for where in ("cli", "in_process"):
+        for size, run in res[where].items():
+            run["records_per_s"] = size / run["seconds"]
+    print("in-process", json.dumps(res["in_process"]), "steady", res["in_process_steady_records_per_s"], flush=True)
+    if args.spy:
+        res["cli_spied"] = cli_run(model_dir, tokenizer, files[sizes[-1]], args.new_tokens, env, device,
+                                   spy=args.out / "cli_spy_gil.txt")
+    name = f"gpu_cli{'_' + args.label if args.label else ''}.json"
+    (args.out / name).write_text(json.dumps(res, indent=1))
+    print(json.dumps({k: v for k, v in res.items() if k.endswith("per_s")}))
+
+
+if __name__ == "__main__":
+    main()
