@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
+
 from worker.messages import TelemetryRecord
 from worker.summarizer import preprocess
 from worker.summarizer.preprocess import Preprocessor, prepare
@@ -142,4 +144,72 @@ def test_records_before_the_pool_is_up_are_prepared_on_the_callers_thread_up_to_
         assert late.result(timeout=120).prompt.tolist() == want[5]
         assert pool.prepared_while_starting == 3  # once up, the pool prepares every record
     finally:
+        pool.close()
+
+
+class FailingTokenizer:
+    """A working tokenizer that refuses any text holding 'BOOM' (a record that fails to prepare)."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["tokenizer"], name)
+
+    def __call__(self, text, *args, **kwargs):
+        if "BOOM" in text:
+            raise ValueError("this record cannot be tokenised")
+        return self.tokenizer(text, *args, **kwargs)
+
+    def __reduce__(self):
+        return FailingTokenizer, (self.tokenizer,)
+
+
+def _syslog(i: int, text: str = "link down") -> TelemetryRecord:
+    return TelemetryRecord(id=f"r{i}", kind="syslog", source="enb-7",
+                           body=f"<11>1 2026-11-29T10:00:00Z cell{i} ran - - - {text} on port {i}")
+
+
+def test_a_burst_goes_to_the_pool_in_batches_each_record_answered_as_alone(tmp_path):
+    tokenizer = tiny_tokenizer()
+    records = [_syslog(i, "BOOM" if i == 57 else "link down") for i in range(200)]
+    pool = Preprocessor(FailingTokenizer(tokenizer), workers=1)
+    try:
+        pool.started[0].result(timeout=120)
+        futures = [pool.submit(r) for r in records]
+        for i, (record, future) in enumerate(zip(records, futures)):
+            if i == 57:
+                with pytest.raises(ValueError, match="cannot be tokenised"):
+                    future.result(timeout=120)
+            else:
+                assert future.result(timeout=120).prompt.tolist() == prepare(record, tokenizer).prompt.tolist()
+        # One process: while it works on a batch (and one more waits in the call queue) the rest gather.
+        assert pool.batches_sent <= 2 + len(records) // preprocess.MAX_BATCH + 1
+        assert pool.batches_sent >= len(records) // preprocess.MAX_BATCH  # no batch beyond MAX_BATCH
+    finally:
+        pool.close()
+
+
+def test_a_lone_record_is_sent_at_once(tmp_path):
+    pool = Preprocessor(tiny_tokenizer(), workers=1)
+    try:
+        pool.started[0].result(timeout=120)
+        for i in range(3):  # one at a time: each its own task, none waits for company
+            assert pool.submit(_syslog(i)).result(timeout=120).prompt.size > 0
+        assert pool.batches_sent == 3
+    finally:
+        pool.close()
+
+
+def test_records_still_waiting_at_close_are_cancelled(tmp_path):
+    gate = tmp_path / "gate"
+    pool = Preprocessor(GatedRealTokenizer(tiny_tokenizer(), str(gate)), workers=1)
+    pool._answering = True  # as if up: every record goes to the (still gated) process
+    try:
+        futures = [pool.submit(_syslog(i)) for i in range(10)]
+        assert pool.batches_sent == 2  # the process's task and one queued; the other 8 wait
+        pool.close()
+        assert all(f.cancelled() for f in futures[2:])
+    finally:
+        gate.touch()
         pool.close()
