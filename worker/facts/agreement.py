@@ -36,8 +36,9 @@ _STOP = frozenset("""a an and are as at be by for from has have in into is it it
     than that this to was were with times time events event""".split())
 _COUNT_SUFFIX = re.compile(r"(?<!\s)\s*+\(\d+ (?:times|events|failures|rejects)\)\s*$")
 # Built once: a pattern per record (its entity, its problem's words) costs a regex compile per summary.
-_SEVERITY_NAMED = {name: re.compile("|".join(rf"(?<![a-z0-9]){w}(?![a-z0-9])" for w in words))
-                   for name, words in SEVERITY_WORDS.items()}
+_SEVERITY_OF_WORD = {w: name for name, words in SEVERITY_WORDS.items() for w in words}
+_SEVERITY_WORD = re.compile("(?<![a-z0-9])(" + "|".join(sorted(_SEVERITY_OF_WORD, key=len, reverse=True))
+                            + ")(?![a-z0-9])")
 _SEPARATORS = re.compile(r"[-_\s]+")
 _WORD_START = re.compile(r"(?<![a-z0-9])[a-z0-9]")
 
@@ -98,8 +99,7 @@ def names_problem(summary: str, problem: str | None) -> bool:
 
 
 def severities_named(summary: str) -> set[str]:
-    text = summary.lower()
-    return {name for name, pattern in _SEVERITY_NAMED.items() if pattern.search(text)}
+    return {_SEVERITY_OF_WORD[w] for w in _SEVERITY_WORD.findall(summary.lower())}  # one pass, not one a severity
 
 
 def foreign_elements(summary: str, facts: Facts, record: TelemetryRecord) -> list[str]:
@@ -114,12 +114,13 @@ def foreign_elements(summary: str, facts: Facts, record: TelemetryRecord) -> lis
 
 def foreign_dates(summary: str, facts: Facts) -> list[str]:
     """Dates in the summary outside the facts' span (a day either side); none when the facts have no time."""
-    if not facts.first_seen:
+    found = list(_DATE.finditer(summary))
+    if not found or not facts.first_seen:
         return []
     first = date.fromisoformat(facts.first_seen[:10]) - timedelta(days=1)
     last = date.fromisoformat((facts.last_seen or facts.first_seen)[:10]) + timedelta(days=1)
     out = []
-    for m in _DATE.finditer(summary):
+    for m in found:
         try:
             day = date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
         except ValueError:
