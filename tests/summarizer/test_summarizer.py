@@ -495,3 +495,18 @@ def test_summarizer_stats_count_bins_tokens_and_prefix_hits_and_feed_every_metri
     assert value("telesum_bin_real_tokens_total") == stats.bin_real_tokens
     assert value("telesum_prefix_hit_tokens_total") == stats.prefix_hit_tokens
     assert value("telesum_prefix_cache_occupancy") == stats.prefix_occupancy
+
+
+def test_what_start_up_built_is_out_of_the_collectors_sight_while_serving(loaded):
+    import gc
+
+    s = _summarizer(loaded)
+    try:
+        assert gc.get_freeze_count() > 1000  # the model's modules, the tokenizer, torch: not walked again
+        built_before = gc.get_freeze_count()
+        results = list(s.results_in_order([_record(i) for i in range(4)]))
+        assert all(isinstance(r, Summary) for _, r in results)
+        assert gc.get_freeze_count() <= built_before  # what serving allocates stays collectable (not frozen)
+    finally:
+        s.close(drain=False)
+    assert gc.get_freeze_count() == 0  # all of it collectable again once closed
