@@ -1,7 +1,7 @@
 """`telesum summarize` as users run it, beside the same Summarizer fed in one process: the steady rate of each.
 
     python bench/gpu_cli.py --out DIR --tokenizer TOKENIZER_DIR [--sizes 1000,7000] [--new-tokens 64]
-        [--spy]      # py-spy (GIL holders, per thread) over the CLI's larger run: DIR/cli_spy_gil.txt
+        [--spy]      # py-spy (every thread, waiting included) over the CLI's larger run: DIR/cli_spy.txt
     python bench/gpu_cli.py --out DIR --tokenizer TOKENIZER_DIR --cpu --sizes 4,8 --new-tokens 4  # the method only
 
 A model folder of the SmolLM2-135M shape with random weights (as `gpu_stream.py --cold-start` saves
@@ -40,13 +40,14 @@ def cli_run(model_dir: Path, tokenizer: Path, data: Path, new_tokens: int, env: 
     cmd = [sys.executable, "-m", "worker.cli", "summarize", str(data), "-o", str(output), "--model", str(model_dir),
            "--tokenizer", str(tokenizer), "--max-new-tokens", str(new_tokens), "--device", device, "--no-progress"]
     if spy is not None:
-        cmd = ["py-spy", "record", "-r", "100", "--gil", "--threads", "-f", "raw", "-o", str(spy), "--"] + cmd
+        cmd = ["py-spy", "record", "-r", "50", "--idle", "--threads", "--nonblocking", "-f", "raw", "-o", str(spy),
+               "--"] + cmd
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, cwd=WORK, capture_output=True, text=True)
     seconds = time.perf_counter() - t0
     summaries = sum(1 for _ in output.open()) if output.exists() else 0
     return {"seconds": seconds, "returncode": proc.returncode, "summaries": summaries,
-            "log_tail": proc.stdout[-1500:] + proc.stderr[-1500:] if proc.returncode else ""}
+            "log_tail": proc.stdout[-1500:] + proc.stderr[-1500:] if proc.returncode or spy else ""}
 
 
 def in_process_runs(model_dir: Path, tokenizer: Path, files: dict[int, Path], new_tokens: int, device: str) -> dict:
@@ -117,7 +118,7 @@ def main() -> None:
     print("in-process", json.dumps(res["in_process"]), "steady", res["in_process_steady_records_per_s"], flush=True)
     if args.spy:
         res["cli_spied"] = cli_run(model_dir, tokenizer, files[sizes[-1]], args.new_tokens, env, device,
-                                   spy=args.out / "cli_spy_gil.txt")
+                                   spy=args.out / "cli_spy.txt")
     name = f"gpu_cli{'_' + args.label if args.label else ''}.json"
     (args.out / name).write_text(json.dumps(res, indent=1))
     print(json.dumps({k: v for k, v in res.items() if k.endswith("per_s")}))
