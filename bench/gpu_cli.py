@@ -110,6 +110,7 @@ def main() -> None:
                   for size in sizes}
     res["cli_steady_records_per_s"] = steady(res["cli"])
     print("cli", json.dumps(res["cli"]), "steady", res["cli_steady_records_per_s"], flush=True)
+    os.environ["XDG_CACHE_HOME"] = env["XDG_CACHE_HOME"]  # the processes' probe cache: the same budgets
     res["in_process"] = in_process_runs(model_dir, tokenizer, files, args.new_tokens, device)
     res["in_process_steady_records_per_s"] = steady(res["in_process"])
     for where in ("cli", "in_process"):
