@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import threading
 
-import numpy as np
-import torch
-
+from worker.engine.block_copy import BlockCopier
 from worker.engine.prefix_cache import Claim, PrefixCache
 from worker.engine.sequence import Sequence
 from worker.model.kv_cache import KVCache
@@ -48,6 +46,7 @@ class PrefixReuse:
         self.kv = kv
         self.cache = PrefixCache(block_size=block_size, num_blocks=num_blocks, first_row=first_row)
         self.max_claim_tokens = max_claim_tokens
+        self._copier = BlockCopier([*kv.k, *kv.v], block_size)
         self._lock = threading.Lock()  # protects cache
 
     # -- any thread -------------------------------------------------------------------------
@@ -144,18 +143,6 @@ class PrefixReuse:
                         seq.prefix_hit = None
             return self._rematch(claims)  # before any insert can evict what the waiters need
 
-    @torch.inference_mode()
     def _copy_blocks(self, src: list[int], dst: list[int]) -> None:
-        """Copy whole blocks: rows [src[i], src[i] + block_size) to [dst[i], ...), every layer's K and V.
-        Only the block starts cross to the device (a bin's heads are ~10^4 blocks, ~10^5 rows): the
-        rows are expanded there."""
-        if not src:
-            return
-        device = self.kv.k[0].device
-        starts = torch.from_numpy(np.array([src, dst], dtype=np.int64))
-        if device.type == "cuda":  # pinned: the upload does not wait for the queued GPU work
-            starts = starts.pin_memory()
-        starts = starts.to(device, non_blocking=True)
-        src_rows, dst_rows = (starts[:, :, None] + torch.arange(self.cache.block_size, device=device)).flatten(1)
-        for tape in (*self.kv.k, *self.kv.v):
-            tape.index_copy_(0, dst_rows, tape.index_select(0, src_rows))
+        """Copy whole blocks: rows [src[i], src[i] + block_size) to [dst[i], ...), every layer's K and V."""
+        self._copier.copy(src, dst)
