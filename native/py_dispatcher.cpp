@@ -199,7 +199,14 @@ bool PyDispatcher::wait_for_room(int64_t tokens, std::optional<double> timeout_s
 }
 
 py::object PyDispatcher::next_bin(std::optional<double> timeout_s) {
-    const std::optional<BinInfo> info = without_gil([&] { return dispatcher_->next_bin(timeout_s); });
+    // A poll (timeout 0), what the GPU loop does between steps while sequences decode, keeps the GIL:
+    // it only takes the dispatcher's lock, which no thread holds while it waits for the GIL (the
+    // packing thread never takes the GIL; callers release it before locking). Given up, the GIL
+    // costs the GPU loop up to the interpreter's switch interval to take back whenever another
+    // thread is running Python.
+    const bool poll = timeout_s && *timeout_s == 0.0;
+    const std::optional<BinInfo> info =
+        poll ? dispatcher_->next_bin(timeout_s) : without_gil([&] { return dispatcher_->next_bin(timeout_s); });
     if (!info) return py::none();
     return py::make_tuple(info->slot, info->num_seqs, info->num_tokens, info->num_real_tokens);
 }
