@@ -510,3 +510,28 @@ def test_what_start_up_built_is_out_of_the_collectors_sight_while_serving(loaded
     finally:
         s.close(drain=False)
     assert gc.get_freeze_count() == 0  # all of it collectable again once closed
+
+
+def test_the_gil_switch_interval_is_the_configured_one_while_serving_and_restored_at_close(loaded):
+    import sys
+
+    before = sys.getswitchinterval()
+    s = _summarizer(loaded, gil_switch_ms=0.25)
+    try:
+        assert sys.getswitchinterval() == pytest.approx(0.00025)
+        results = list(s.results_in_order([_record(i) for i in range(3)]))
+        assert all(isinstance(r, Summary) for _, r in results)
+    finally:
+        s.close(drain=False)
+    assert sys.getswitchinterval() == pytest.approx(before)
+
+
+def test_on_cpu_the_interpreters_own_gil_switch_interval_stays_unless_configured(loaded):
+    import sys
+
+    before = sys.getswitchinterval()
+    s = _summarizer(loaded)
+    try:
+        assert s.gil_switch_s is None and sys.getswitchinterval() == before
+    finally:
+        s.close(drain=False)

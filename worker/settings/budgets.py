@@ -45,6 +45,10 @@ BUDGETS = ("token_budget", "max_seqs_per_bin", "kv_rows")
 # planning its selection, prefilling and decoding its pieces, the merge.
 GPU_WORK_CAP_TOKENS = 131072
 CPU_WORK_CAP_S = 10.0
+# The GIL switch interval while serving on a GPU (Python's default is 5 ms). The GPU loop gives the GIL
+# up in every torch op and every host sync; when another thread (results, the pool's answers, the
+# feeder) is running Python, taking it back waits up to this long (bench/results/gpu/README.md, 2026-12-05).
+GPU_GIL_SWITCH_MS = 0.5
 # The smallest cap: a selection still holds a head, a tail and a table of line templates.
 MIN_WORK_CAP_TOKENS = 1024
 # Prompt tokens of the start-up measurement: near where a slow CPU's cap lands, since a token costs

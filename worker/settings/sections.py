@@ -14,14 +14,15 @@ import msgspec
 from worker.settings.alerting import AlertingSettings
 from worker.settings.incidents import IncidentSettings
 from worker.settings.kafka import KafkaSettings
-from worker.settings.budgets import (CPU_MAX_SEQS_PER_BIN, CPU_TOKEN_BUDGET, CPU_WORK_CAP_S, GPU_MAX_SEQS_PER_BIN,
-                                     GPU_TOKEN_BUDGET, GPU_WORK_CAP_TOKENS, MIN_WORK_CAP_TOKENS,
+from worker.settings.budgets import (CPU_MAX_SEQS_PER_BIN, CPU_TOKEN_BUDGET, CPU_WORK_CAP_S, GPU_GIL_SWITCH_MS,
+                                     GPU_MAX_SEQS_PER_BIN, GPU_TOKEN_BUDGET, GPU_WORK_CAP_TOKENS, MIN_WORK_CAP_TOKENS,
                                      PREFIX_CACHE_MAX_ROWS)
 from worker.settings.fields import FieldSpec, MaskedRepr, SettingsError, opt, section_fields
 
 _Struct = dict(frozen=True, kw_only=True, forbid_unknown_fields=True)
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
 NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
+PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
 OverCap = Literal["select", "dead_letter"]  # what happens to a record over the per-record work cap
 
 
@@ -58,6 +59,10 @@ class EngineSettings(MaskedRepr, msgspec.Struct, **_Struct):
     mixed_steps: Annotated[bool, opt("TELESUM_MIXED_STEPS", "prefill a bin in the same forward as the "
                                                             "decoding sequences' next tokens, a large bin in "
                                                             "step-sized parts (see docs/streaming.md)")] = False
+    gil_switch_ms: Annotated[PositiveFloat | None, opt(
+        "TELESUM_GIL_SWITCH_MS", "the interpreter's GIL switch interval while the summarizer serves, in ms: how "
+                                 "long the GPU loop may wait for the GIL another thread holds (auto: "
+                                 f"{GPU_GIL_SWITCH_MS:g} on a GPU, Python's own on CPU)")] = None
     prefix_cache_tokens: Annotated[PositiveInt | None, opt(
         "TELESUM_PREFIX_CACHE_TOKENS", "prompt tokens whose KV the prefix cache may hold, in KV rows kept "
                                        "beside the slabs (auto: a sixteenth of the arena, at most "

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import logging
 import queue
+import sys
 import threading
 import time
 from collections.abc import Hashable, Iterable, Iterator
@@ -35,8 +36,8 @@ from worker.summarizer.preprocess import Prepared, Preprocessor, default_workers
 from worker.prompts import approx_tokens
 from worker.prompts.sampling import default_sampling
 from worker.summarizer.result_collector import ResultCollector
-from worker.settings.budgets import (MIN_WORK_CAP_TOKENS, WORK_CAP_PROBE_TOKENS, Budgets, WorkCap, cpu_work_cap,
-                                     device_work_cap)
+from worker.settings.budgets import (GPU_GIL_SWITCH_MS, MIN_WORK_CAP_TOKENS, WORK_CAP_PROBE_TOKENS, Budgets,
+                                     WorkCap, cpu_work_cap, device_work_cap)
 from worker.settings.sections import EngineSettings
 from worker.summarizer.summary_assembly import RecordRequest
 
@@ -135,6 +136,9 @@ class Summarizer:
             max_record_tokens=self.work_cap.tokens if self.work_cap else None, over_cap=engine.over_cap,
             add=self._add, push=self.results.push, wake=self._prepared.put)
         self._thread: threading.Thread | None = None
+        gil_switch_ms = engine.gil_switch_ms or (GPU_GIL_SWITCH_MS if self.device.type == "cuda" else None)
+        self.gil_switch_s = gil_switch_ms / 1000 if gil_switch_ms else None  # None: the interpreter's own
+        self._switch_before: float | None = None  # the interval start() replaced, put back by close()
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self, first_step_timeout_s: float = 900.0) -> None:
@@ -165,6 +169,10 @@ class Summarizer:
                  extra={"work_cap": {"tokens": self.work_cap.tokens, "source": self.work_cap.source}})
         self._feeder = threading.Thread(target=self._feed, name="telesum-feeder", daemon=True)
         self._feeder.start()
+        if self.gil_switch_s is not None:  # process-wide: this process serves the GPU loop
+            self._switch_before = sys.getswitchinterval()
+            sys.setswitchinterval(self.gil_switch_s)
+            log.info("start-up: GIL switch interval %g ms", self.gil_switch_s * 1000)
         # What start-up built (torch, the tokenizer, the model's modules: ~240,000 objects with the tiny
         # model) lives as long as the process: out of the collector's sight, a full collection no longer
         # walks it while holding the GIL the GPU loop launches with (0.1 s every ~1,500 records).
@@ -211,6 +219,9 @@ class Summarizer:
             req.failed = True
             self.results.push(req.request_id, EngineClosed("the summarizer closed before this record finished"))
         gc.unfreeze()  # collectable again, at the interpreter's exit too
+        if self._switch_before is not None:
+            sys.setswitchinterval(self._switch_before)
+            self._switch_before = None
 
     # -- requests ---------------------------------------------------------------------------
     def tokenize(self, messages: list[dict[str, str]]) -> list[int]:
