@@ -16,6 +16,7 @@ cancel out; the single-size rate N / t is reported beside it. Writes DIR/gpu_cli
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -43,15 +44,35 @@ def cli_run(model_dir: Path, tokenizer: Path, data: Path, new_tokens: int, env: 
         cmd = ["py-spy", "record", "-r", "50", "--idle", "--threads", "--nonblocking", "-f", "raw", "-o", str(spy),
                "--"] + cmd
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, cwd=WORK, capture_output=True, text=True)
+    with busy_sampler(device) as busy:
+        proc = subprocess.run(cmd, env=env, cwd=WORK, capture_output=True, text=True)
     seconds = time.perf_counter() - t0
     summaries = sum(1 for _ in output.open()) if output.exists() else 0
-    return {"seconds": seconds, "returncode": proc.returncode, "summaries": summaries,
+    return {"seconds": seconds, "returncode": proc.returncode, "summaries": summaries, **busy_of(busy),
             "log_tail": proc.stdout[-1500:] + proc.stderr[-1500:] if proc.returncode or spy else ""}
 
 
-def in_process_runs(model_dir: Path, tokenizer: Path, files: dict[int, Path], new_tokens: int, device: str) -> dict:
-    """One Summarizer as the command builds it; each size fed in turn after a warm-up, timed to its last result."""
+def busy_sampler(device: str):
+    """NVML's busy share sampled over a run (none on the CPU)."""
+    if device == "cpu":
+        return contextlib.nullcontext()
+    from worker.benchmarks.gpu_util import GpuBusySampler
+    return GpuBusySampler()
+
+
+def busy_of(busy) -> dict:
+    """The GPU's busy share over the run's second half (the steady state: start-up and filling are in
+    the first) and over the whole run."""
+    if busy is None:
+        return {}
+    return {"gpu_busy_second_half": busy.busy_fraction(0.5, 0.95), "gpu_busy_whole_run": busy.busy_fraction(0.0, 1.0)}
+
+
+def in_process_runs(model_dir: Path, tokenizer: Path, files: dict[int, Path], new_tokens: int, device: str,
+                    switch_intervals: list[float] = ()) -> dict:
+    """One Summarizer as the command builds it; each size fed in turn after a warm-up, timed to its last result.
+    Then, for each of `switch_intervals`, both sizes again with the interpreter's GIL switch interval
+    set to it (under "switch_<seconds>")."""
     from worker.commands.startup import start_summarizer
     from worker.messages import TelemetryRecord
     from worker.settings.load import from_values
@@ -65,18 +86,36 @@ def in_process_runs(model_dir: Path, tokenizer: Path, files: dict[int, Path], ne
     try:
         warm = [decoder.decode(line) for line in files[min(files)].read_bytes().splitlines()[:300]]
         list(summarizer.results_in_order(warm))
-        for size, path in sorted(files.items()):
-            records = [decoder.decode(line) for line in path.read_bytes().splitlines()]
-            t0 = time.perf_counter()
-            failed = sum(isinstance(r, Exception) for _, r in summarizer.results_in_order(records))
-            out[size] = {"seconds": time.perf_counter() - t0, "failed": failed}
+        loaded = {size: [decoder.decode(line) for line in path.read_bytes().splitlines()] for size, path in files.items()}
+
+        def sizes() -> dict:
+            runs = {}
+            for size, records in sorted(loaded.items()):
+                t0 = time.perf_counter()
+                with busy_sampler(device) as busy:
+                    failed = sum(isinstance(r, Exception) for _, r in summarizer.results_in_order(records))
+                runs[size] = {"seconds": time.perf_counter() - t0, "failed": failed, **busy_of(busy)}
+            return runs
+
+        out.update(sizes())
+        out["switch_interval_s"] = sys.getswitchinterval()  # as the Summarizer left it
+        serving = sys.getswitchinterval()
+        for interval in switch_intervals:
+            sys.setswitchinterval(interval)
+            try:
+                runs = sizes()
+            finally:
+                sys.setswitchinterval(serving)
+            out[f"switch_{interval:g}"] = {**runs, "steady_records_per_s": steady(runs)}
+            print(f"in-process, switch interval {interval:g} s: steady {steady(runs)}", flush=True)
     finally:
         summarizer.close(drain=False)
     return out
 
 
-def steady(runs: dict[int, dict]) -> float | None:
-    (n1, r1), (n2, r2) = sorted(runs.items())[0], sorted(runs.items())[-1]
+def steady(runs: dict) -> float | None:
+    sized = sorted((k, v) for k, v in runs.items() if isinstance(k, int))
+    (n1, r1), (n2, r2) = sized[0], sized[-1]
     return (n2 - n1) / (r2["seconds"] - r1["seconds"]) if r2["seconds"] > r1["seconds"] else None
 
 
@@ -87,6 +126,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000,7000")
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--spy", action="store_true")
+    ap.add_argument("--switch-intervals", default="", help="in-process runs again at these GIL switch intervals (s)")
     ap.add_argument("--cpu", action="store_true", help="on the CPU: the method, not the figures")
     ap.add_argument("--label", default="", help="a name for this code in the results (e.g. a commit)")
     args = ap.parse_args()
@@ -111,11 +151,13 @@ def main() -> None:
     res["cli_steady_records_per_s"] = steady(res["cli"])
     print("cli", json.dumps(res["cli"]), "steady", res["cli_steady_records_per_s"], flush=True)
     os.environ["XDG_CACHE_HOME"] = env["XDG_CACHE_HOME"]  # the processes' probe cache: the same budgets
-    res["in_process"] = in_process_runs(model_dir, tokenizer, files, args.new_tokens, device)
+    intervals = [float(s) for s in args.switch_intervals.split(",") if s]
+    res["in_process"] = in_process_runs(model_dir, tokenizer, files, args.new_tokens, device, intervals)
     res["in_process_steady_records_per_s"] = steady(res["in_process"])
     for where in ("cli", "in_process"):
         for size, run in res[where].items():
-            run["records_per_s"] = size / run["seconds"]
+            if isinstance(size, int):
+                run["records_per_s"] = size / run["seconds"]
     print("in-process", json.dumps(res["in_process"]), "steady", res["in_process_steady_records_per_s"], flush=True)
     if args.spy:
         res["cli_spied"] = cli_run(model_dir, tokenizer, files[sizes[-1]], args.new_tokens, env, device,
