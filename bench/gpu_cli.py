@@ -72,7 +72,7 @@ def in_process_runs(model_dir: Path, tokenizer: Path, files: dict[int, Path], ne
                     switch_intervals: list[float] = ()) -> dict:
     """One Summarizer as the command builds it; each size fed in turn after a warm-up, timed to its last result.
     Then, for each of `switch_intervals`, both sizes again with the interpreter's GIL switch interval
-    set to it (under "switch_<seconds>")."""
+    set to it (under "switch_<turn>_<seconds>")."""
     from worker.commands.startup import start_summarizer
     from worker.messages import TelemetryRecord
     from worker.settings.load import from_values
@@ -100,13 +100,14 @@ def in_process_runs(model_dir: Path, tokenizer: Path, files: dict[int, Path], ne
         out.update(sizes())
         out["switch_interval_s"] = sys.getswitchinterval()  # as the Summarizer left it
         serving = sys.getswitchinterval()
-        for interval in switch_intervals:
+        for turn, interval in enumerate(switch_intervals):  # an interval may come back: alternate them
             sys.setswitchinterval(interval)
             try:
                 runs = sizes()
             finally:
                 sys.setswitchinterval(serving)
-            out[f"switch_{interval:g}"] = {**runs, "steady_records_per_s": steady(runs)}
+            out[f"switch_{turn}_{interval:g}"] = {**runs, "switch_interval_s": interval,
+                                                  "steady_records_per_s": steady(runs)}
             print(f"in-process, switch interval {interval:g} s: steady {steady(runs)}", flush=True)
     finally:
         summarizer.close(drain=False)
