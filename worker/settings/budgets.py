@@ -47,8 +47,10 @@ GPU_WORK_CAP_TOKENS = 131072
 CPU_WORK_CAP_S = 10.0
 # The GIL switch interval while serving on a GPU (Python's default is 5 ms). The GPU loop gives the GIL
 # up in every torch op and every host sync; when another thread (results, the pool's answers, the
-# feeder) is running Python, taking it back waits up to this long (bench/results/gpu/README.md, 2026-12-05).
-GPU_GIL_SWITCH_MS = 0.5
+# feeder) is running Python, taking it back waits up to this long. Alternated on an H100 (SmolLM2
+# shape, 64 tokens, in one process): 5 ms 637 and 621 records/s, 0.5 ms 642 and 637, 0.05 ms 663 and
+# 674 (bench/results/gpu/README.md, 2026-12-05).
+GPU_GIL_SWITCH_MS = 0.05
 # The smallest cap: a selection still holds a head, a tail and a table of line templates.
 MIN_WORK_CAP_TOKENS = 1024
 # Prompt tokens of the start-up measurement: near where a slow CPU's cap lands, since a token costs
