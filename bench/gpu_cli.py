@@ -2,6 +2,8 @@
 
     python bench/gpu_cli.py --out DIR --tokenizer TOKENIZER_DIR [--sizes 1000,7000] [--new-tokens 64]
         [--spy]      # py-spy (every thread, waiting included) over the CLI's larger run: DIR/cli_spy.txt
+        [--switch-intervals 0.005,0.00005]  # the in-process sizes again at these GIL switch intervals
+    python bench/gpu_cli.py --out DIR --chart-from A.json B.json ...  # DIR/gpu_cli.png
     python bench/gpu_cli.py --out DIR --tokenizer TOKENIZER_DIR --cpu --sizes 4,8 --new-tokens 4  # the method only
 
 A model folder of the SmolLM2-135M shape with random weights (as `gpu_stream.py --cold-start` saves
@@ -120,10 +122,32 @@ def steady(runs: dict) -> float | None:
     return (n2 - n1) / (r2["seconds"] - r1["seconds"]) if r2["seconds"] > r1["seconds"] else None
 
 
+def chart(files: list[Path], out: Path) -> None:
+    """Bars of each result's steady rates, the process's beside the in-process Summarizer's, by label."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    results = [json.loads(f.read_text()) for f in files]
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(results)), 4))
+    for offset, (key, name) in enumerate((("cli_steady_records_per_s", "telesum summarize"),
+                                          ("in_process_steady_records_per_s", "Summarizer in one process"))):
+        xs = [i + (offset - 0.5) * 0.38 for i in range(len(results))]
+        bars = ax.bar(xs, [r[key] for r in results], width=0.38, label=name)
+        ax.bar_label(bars, fmt="%.0f", fontsize=7)
+    ax.set_xticks(range(len(results)), [f"{r['label']}\n{r['new_tokens']} tokens" for r in results], fontsize=8)
+    ax.set_ylabel("records/s, steady")
+    ax.set_title(f"SmolLM2 shape, short records, {results[0]['date'][:10]}", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--tokenizer", type=Path, required=True)
+    ap.add_argument("--tokenizer", type=Path)
+    ap.add_argument("--chart-from", type=Path, nargs="+", help="draw DIR/gpu_cli.png from these results, run nothing")
     ap.add_argument("--sizes", default="1000,7000")
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--spy", action="store_true")
@@ -132,6 +156,11 @@ def main() -> None:
     ap.add_argument("--label", default="", help="a name for this code in the results (e.g. a commit)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.chart_from:
+        chart(args.chart_from, args.out / "gpu_cli.png")
+        return
+    if args.tokenizer is None:
+        ap.error("--tokenizer is required to run")
     tokenizer = args.tokenizer.resolve()
     WORK.mkdir(parents=True, exist_ok=True)
     device = "cpu" if args.cpu else "cuda"

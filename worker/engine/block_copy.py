@@ -3,10 +3,10 @@
 The prefix cache copies a bin's cached heads into the new slabs (~10^4 blocks) and the prompts' new
 blocks back into the cache. As torch ops that is an `index_select` and an `index_copy_` per tape:
 120 launches for SmolLM2's 30 layers, each releasing and retaking the GIL the other threads want,
-through generic index kernels that gather and scatter row by row. At capacity on an H100 the two
-copies took 16 % of the GPU loop's wall time, ~26 ms a prefill step (bench/results/gpu/README.md,
-2026-12-05). Here one program copies one block of one tape: a contiguous span of
-`block_size × heads × head_dim` elements, at the address the tape table gives.
+through generic index kernels that gather and scatter row by row: 14 % of the GPU loop's py-spy
+samples at capacity on an H100, 7.6 ms of GPU time for 3,000 blocks. Here one program copies one
+block of one tape, a contiguous span of `block_size × heads × head_dim` elements at the address the
+tape table gives: 1.7 ms for the same blocks (bench/NOTES.md, 2026-12-05).
 """
 
 from __future__ import annotations
