@@ -176,9 +176,10 @@ def engine_only(loaded, prompts, *, production: bool) -> dict:
     from worker.engine.kv_arena import KVArena
     from worker.prompts.sampling import default_sampling
     from worker.engine.sizing import default_kv_rows
+    from worker.model.kv_cache import kv_row_bytes
 
     cfg = loaded.config
-    rows = default_kv_rows(cfg, torch.bfloat16, torch.device("cuda"), token_budget=65536, max_seqs_per_bin=1024,
+    rows = default_kv_rows(kv_row_bytes(cfg, torch.bfloat16), torch.device("cuda"), token_budget=65536, max_seqs_per_bin=1024,
                            max_new_tokens=NEW_TOKENS, max_context=cfg.max_position_embeddings)
     arena = KVArena(cfg, rows, dtype=torch.bfloat16, device=torch.device("cuda"))
     disp = BinDispatcher(65536, max_seqs_per_bin=1024, queue_capacity_tokens=sum(map(len, prompts)) + 65536)

@@ -535,3 +535,23 @@ def test_on_cpu_the_interpreters_own_gil_switch_interval_stays_unless_configured
         assert s.gil_switch_s is None and sys.getswitchinterval() == before
     finally:
         s.close(drain=False)
+
+
+def test_an_fp8_kv_cache_serves_the_same_records_with_prefix_reuse(loaded):
+    """engine.kv_cache fp8 (marked on the model at load): the arena holds FP8 rows, prompts after a
+    cached head and every decode step read them, and the summaries stay the exact tape's."""
+    fp8_loaded = SimpleNamespace(**vars(loaded), fp8_kv=True)
+    records = [_record(i) for i in range(8)]
+    plain, fp8 = _summarizer(loaded, kv_rows=32768), _summarizer(fp8_loaded, kv_rows=32768)
+    try:
+        assert plain.arena.cache.fp8 is None and fp8.arena.cache.fp8 is not None
+        expected = [x.summary for x in plain.summarize_all(records[:1])]
+        expected += [x.summary for x in plain.summarize_all(records[1:])]
+        got = [x.summary for x in fp8.summarize_all(records[:1])]
+        got += [x.summary for x in fp8.summarize_all(records[1:])]
+        stats = fp8.prefix.stats()
+    finally:
+        plain.close()
+        fp8.close()
+    assert stats["hits"] >= 7
+    assert got == expected

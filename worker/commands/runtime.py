@@ -99,15 +99,25 @@ def load_model(engine: EngineSettings, tokenizer=None):
 
 
 def _load_model(engine: EngineSettings, tok=None):
-    if engine.dtype != "fp8":
-        return _load_weights(engine, tok)
-    from worker.model.fp8 import fp8_unsupported
-    from worker.model.loader import use_fp8_weights
+    if "fp8" in (engine.dtype, engine.kv_cache):  # checked before minutes of loading, not after
+        from worker.model.fp8 import fp8_unsupported
 
-    reason = fp8_unsupported(resolve_device(engine.device))  # before minutes of loading, not after
-    if reason is not None:
-        raise SettingsError(f"engine.dtype (--dtype, TELESUM_DTYPE) 'fp8': {reason}")
-    return use_fp8_weights(_load_weights(engine, tok))
+        reason = fp8_unsupported(resolve_device(engine.device))
+        for value, name in ((engine.dtype, "engine.dtype (--dtype, TELESUM_DTYPE)"),
+                            (engine.kv_cache, "engine.kv_cache (--kv-cache, TELESUM_KV_CACHE)")):
+            if value == "fp8" and reason is not None:
+                raise SettingsError(f"{name} 'fp8': {reason}")
+    from worker.model.loader import use_fp8_kv_cache, use_fp8_weights
+
+    loaded = _load_weights(engine, tok)
+    if engine.dtype == "fp8":
+        use_fp8_weights(loaded)
+    if engine.kv_cache == "fp8":
+        try:
+            use_fp8_kv_cache(loaded)
+        except ValueError as exc:  # the model's head size
+            raise SettingsError(f"engine.kv_cache (--kv-cache, TELESUM_KV_CACHE) 'fp8': {exc}") from None
+    return loaded
 
 
 def _load_weights(engine: EngineSettings, tok=None):
@@ -180,12 +190,15 @@ def banner(command: str, loaded, budgets: Budgets, summarizer, **extra: Any) -> 
     kv = budgets.describe()
     if budgets.kv_rows is None:
         kv = kv.replace("kv_rows=auto", f"kv_rows={arena}")
+    kv_cache = "fp8" if loaded.fp8_kv else "model dtype"
     fields = {"command": command, "model": loaded.name, "device": str(loaded.device), "dtype": dtype,
+              "kv_cache": kv_cache,
               "attention_backend": backend, "token_budget": budgets.token_budget,
               "max_seqs_per_bin": budgets.max_seqs_per_bin, "kv_rows": arena,
               "budget_sources": budgets.sources, **extra}
     cap = summarizer.work_cap
     fields["work_cap"] = {"tokens": cap.tokens, "source": cap.source} if cap is not None else "measured at start-up"
-    log.info("telesum %s: model %s on %s (%s), attention %s; budgets: %s; work cap: %s", command, loaded.name,
-             loaded.device, dtype, backend, kv, cap.describe() if cap is not None else "measured at start-up",
+    log.info("telesum %s: model %s on %s (%s), attention %s, KV cache in %s; budgets: %s; work cap: %s", command,
+             loaded.name, loaded.device, dtype, backend, kv_cache, kv,
+             cap.describe() if cap is not None else "measured at start-up",
              extra={"banner": fields})

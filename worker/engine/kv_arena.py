@@ -90,13 +90,15 @@ class SlabAllocator:
 class KVArena:
     """Owns the per-layer K/V tapes and the slab allocator over their rows. Engine thread only."""
 
-    def __init__(self, cfg, capacity_rows: int, *, dtype, device, reserved_tail_rows: int = 0) -> None:
-        """reserved_tail_rows: the tape's last rows are kept out of the slabs (the prefix cache's region)."""
+    def __init__(self, cfg, capacity_rows: int, *, dtype, device, reserved_tail_rows: int = 0,
+                 fp8: bool = False) -> None:
+        """reserved_tail_rows: the tape's last rows are kept out of the slabs (the prefix cache's region);
+        fp8: the tapes hold FP8 codes and scales (`engine.kv_cache: fp8`)."""
         from worker.model.kv_cache import KVCache
 
         if not 0 <= reserved_tail_rows < capacity_rows:
             raise ValueError(f"reserved_tail_rows must be in [0, {capacity_rows}), got {reserved_tail_rows}")
-        self.cache = KVCache.allocate(cfg, capacity_rows, dtype, device)
+        self.cache = KVCache.allocate(cfg, capacity_rows, dtype, device, fp8=fp8)
         self.slabs = SlabAllocator(capacity_rows - reserved_tail_rows)
 
     @property

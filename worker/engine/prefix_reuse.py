@@ -46,7 +46,7 @@ class PrefixReuse:
         self.kv = kv
         self.cache = PrefixCache(block_size=block_size, num_blocks=num_blocks, first_row=first_row)
         self.max_claim_tokens = max_claim_tokens
-        self._copier = BlockCopier([*kv.k, *kv.v], block_size)
+        self._copier = BlockCopier(kv.row_tapes(), block_size)
         self._lock = threading.Lock()  # protects cache
 
     # -- any thread -------------------------------------------------------------------------

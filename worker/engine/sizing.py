@@ -12,16 +12,16 @@ from worker.settings.budgets import FULL_BINS_IN_FLIGHT, PREFIX_CACHE_MAX_ROWS
 GPU_KV_MEMORY_SHARE = 0.5
 
 
-def default_kv_rows(cfg, dtype: torch.dtype, device: torch.device, *, token_budget: int,
+def default_kv_rows(row_bytes: int, device: torch.device, *, token_budget: int,
                     max_seqs_per_bin: int, max_new_tokens: int, max_context: int) -> int:
     """KV-tape rows when none are configured: `FULL_BINS_IN_FLIGHT` full bins and at least one full
     context; on a GPU at least `GPU_KV_MEMORY_SHARE` of the free memory, since
-    the more sequences decode together the cheaper each step is per token."""
+    the more sequences decode together the cheaper each step is per token. row_bytes: one row over
+    all layers, K and V (`kv_cache.kv_row_bytes`)."""
     rows = max(FULL_BINS_IN_FLIGHT * (token_budget + max_seqs_per_bin * max_new_tokens), max_context)
     if device.type == "cuda":
         free_bytes, _ = torch.cuda.mem_get_info(device)
-        per_row = cfg.kv_bytes_per_row(torch.empty((), dtype=dtype).element_size())
-        rows = max(rows, int(GPU_KV_MEMORY_SHARE * free_bytes / per_row))
+        rows = max(rows, int(GPU_KV_MEMORY_SHARE * free_bytes / row_bytes))
     return rows
 
 
@@ -36,7 +36,7 @@ def whole_blocks(rows: int) -> int:
     return rows if rows >= 4 * PREFIX_BLOCK_SIZE else 0
 
 
-def arena_rows(cfg, dtype: torch.dtype, device: torch.device, *, kv_rows: int | None, token_budget: int,
+def arena_rows(row_bytes: int, device: torch.device, *, kv_rows: int | None, token_budget: int,
                max_seqs_per_bin: int, max_new_tokens: int, max_context: int, prefix_cache: bool,
                prefix_cache_tokens: int | None) -> tuple[int, int]:
     """(arena rows, of which the prefix region at its end). The region never takes rows from the
@@ -44,7 +44,7 @@ def arena_rows(cfg, dtype: torch.dtype, device: torch.device, *, kv_rows: int | 
     for slabs."""
     sized_here = kv_rows is None
     if sized_here:
-        kv_rows = default_kv_rows(cfg, dtype, device, token_budget=token_budget, max_seqs_per_bin=max_seqs_per_bin,
+        kv_rows = default_kv_rows(row_bytes, device, token_budget=token_budget, max_seqs_per_bin=max_seqs_per_bin,
                                   max_new_tokens=max_new_tokens, max_context=max_context)
     region = 0
     if prefix_cache:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from worker.model.kv_fp8 import Fp8Tape
+
 log = logging.getLogger(__name__)
 
 BACKEND_NAMES = ("flash_attn", "torch_fa2", "sdpa")
@@ -82,7 +84,8 @@ def build_pass(new_lens: list[int], ctx_lens: list[int], slab_starts: list[int],
 
 
 class AttentionBackend:
-    """attend(q [T,H,D], k/v [T,Hkv,D] fresh, k_tape/v_tape [rows,Hkv,D], meta, scale) -> [T,H,D]."""
+    """attend(q [T,H,D], k/v [T,Hkv,D] fresh, k_tape/v_tape [rows,Hkv,D] (tensors or `Fp8Tape`s), meta,
+    scale) -> [T,H,D]."""
 
     name = "abstract"
 
@@ -108,8 +111,8 @@ class SdpaBackend(AttentionBackend):
                 k_b, v_b = k[cu[b]:cu[b + 1]], v[cu[b]:cu[b + 1]]  # [Lq, Hkv, D]
             else:
                 self._check_span(meta, cu[b], cu[b + 1], used[b])
-                k_b = k_tape[starts[b]:starts[b] + used[b]]  # [Lk, Hkv, D]
-                v_b = v_tape[starts[b]:starts[b] + used[b]]
+                span = slice(starts[b], starts[b] + used[b])
+                k_b, v_b = tape_rows(k_tape, span, q.dtype), tape_rows(v_tape, span, q.dtype)  # [Lk, Hkv, D]
             len_q, len_k = q_b.shape[0], k_b.shape[0]
             rows = torch.arange(len_q, device=q.device)[:, None]
             mask = torch.arange(len_k, device=q.device)[None, :] <= rows + (len_k - len_q)  # [Lq, Lk]
@@ -130,11 +133,16 @@ class SdpaBackend(AttentionBackend):
         cols = torch.arange(meta.max_seqlen_k, device=q.device)  # [K]
         rows = (meta.slab_starts.long()[:, None] + cols).clamp_(max=k_tape.shape[0] - 1)  # [B, K]
         mask = (cols[None, :] < meta.seqused_k[:, None])[:, None, None, :]  # [B, 1, 1, K]
-        k_g = k_tape[rows].transpose(1, 2)  # [B, Hkv, K, D]
-        v_g = v_tape[rows].transpose(1, 2)
+        k_g = tape_rows(k_tape, rows, q.dtype).transpose(1, 2)  # [B, Hkv, K, D]
+        v_g = tape_rows(v_tape, rows, q.dtype).transpose(1, 2)
         o = F.scaled_dot_product_attention(q[:, :, None, :], k_g, v_g, attn_mask=mask,
                                            scale=scale, enable_gqa=True)  # [B, H, 1, D]
         return o[:, :, 0, :]
+
+
+def tape_rows(tape, rows, dtype: torch.dtype) -> torch.Tensor:
+    """Rows of a KV tape as values [..., Hkv, D]: a view of a tape in the model dtype, FP8 ones dequantised."""
+    return tape.dequantized(rows, dtype) if isinstance(tape, Fp8Tape) else tape[rows]
 
 
 class TorchFa2Backend(AttentionBackend):
@@ -164,26 +172,35 @@ DECODE_KERNEL = "triton"
 
 
 def tape_attention(q, k_tape, v_tape, meta: AttentionMetadata, scale: float) -> torch.Tensor:
-    """FA2 over per-sequence slabs of the tape: cu_seq_k = slab starts then the tape length, seqused_k = fill.
-    Decode rows (one query per sequence) go through the decode kernel when it serves this head size;
-    in a mixed step the prefill part and the decode rows each get their own kernel."""
+    """FA2 over per-sequence slabs of the tape: cu_seq_k = slab starts then the tape length, seqused_k = fill
+    (an FP8 tape: `tape_prefill`'s kernel, with the same contract). Decode rows (one query per sequence)
+    go through the decode kernel when it serves this head size (always for an FP8 tape); in a mixed
+    step the prefill part and the decode rows each get their own kernel."""
     cu_k = meta.cu_seqlens_k
     if cu_k is None:
         cu_k = tape_cu_seqlens_k(meta.slab_starts, k_tape.shape[0])  # [B+1]
-    decode_kernel = _triton_decode_ok(q)
+    fp8 = isinstance(k_tape, Fp8Tape)  # FA2 reads no FP8: Triton kernels over the tape instead
+    decode_kernel = fp8 or _triton_decode_ok(q)
     if decode_kernel and meta.max_seqlen_q == 1 and q.shape[0] == meta.num_seqs:
         return _decode_kernel(q, k_tape, v_tape, meta.slab_starts, meta.seqused_k, scale,
                               meta.head_starts, meta.head_lens)
     rows = meta.num_decode_rows if decode_kernel else 0
     if not rows:
+        if fp8:
+            return _tape_prefill(q, k_tape, v_tape, meta.cu_seqlens_q, meta.slab_starts, meta.seqused_k,
+                                 meta.max_seqlen_q, scale)
         return _fa2(q, k_tape, v_tape, meta.cu_seqlens_q, cu_k, meta.max_seqlen_q, meta.max_seqlen_k,
                          meta.seqused_k, scale)
     # FA2 gives every sequence of a pass as many query blocks as the longest span needs: decode rows
     # beside a bin of long prompts cost it ~4x the decode kernel (SmolLM2-135M shape, 1,500 rows).
     seqs, tokens = meta.num_seqs - rows, q.shape[0] - rows
-    prefill = _fa2(q[:tokens], k_tape, v_tape, meta.cu_seqlens_q[:seqs + 1],
-                        torch.cat([cu_k[:seqs], cu_k[-1:]]), meta.max_seqlen_q, meta.max_seqlen_k,
-                        meta.seqused_k[:seqs], scale)
+    if fp8:
+        prefill = _tape_prefill(q[:tokens], k_tape, v_tape, meta.cu_seqlens_q[:seqs + 1], meta.slab_starts[:seqs],
+                                meta.seqused_k[:seqs], meta.max_seqlen_q, scale)
+    else:
+        prefill = _fa2(q[:tokens], k_tape, v_tape, meta.cu_seqlens_q[:seqs + 1],
+                       torch.cat([cu_k[:seqs], cu_k[-1:]]), meta.max_seqlen_q, meta.max_seqlen_k,
+                       meta.seqused_k[:seqs], scale)
     decode = _decode_kernel(q[tokens:], k_tape, v_tape, meta.slab_starts[seqs:], meta.seqused_k[seqs:], scale)
     return torch.cat([prefill, decode])
 
@@ -200,6 +217,12 @@ def _decode_kernel(q, k_tape, v_tape, slab_starts, seqused_k, scale: float, head
     from worker.model.decode_attention import decode_attention
 
     return decode_attention(q, k_tape, v_tape, slab_starts, seqused_k, scale, head_starts, head_lens)
+
+
+def _tape_prefill(q, k_tape, v_tape, cu_seqlens_q, slab_starts, seqused_k, max_seqlen_q: int, scale: float):
+    from worker.model.tape_prefill import tape_prefill_attention
+
+    return tape_prefill_attention(q, k_tape, v_tape, cu_seqlens_q, slab_starts, seqused_k, max_seqlen_q, scale)
 
 
 _HAS_TRITON = importlib.util.find_spec("triton") is not None

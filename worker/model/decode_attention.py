@@ -14,6 +14,9 @@ Shared heads: when head_lens[b] > 0, the sequence's first head_lens[b] keys are 
 head_starts[b] .. instead of its slab, which holds a copy of the same K/V (a head served by the
 prefix cache). Sequences whose prompts share a head then read the same rows in the same step, so a
 head is fetched from memory about once per step and served to the others from L2.
+
+FP8 tapes (`kv_fp8.Fp8Tape`): the same kernel reads each row's e4m3 codes and applies its per-head
+scales to the scores (K) and to the probabilities (V), so a step reads half the bytes.
 """
 
 from __future__ import annotations
@@ -22,13 +25,31 @@ import torch
 import triton
 import triton.language as tl
 
+from worker.model.kv_fp8 import Fp8Tape
+
 _LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def load_kv(tape_ptr, tape_rows, kv_head, dims, ok, stride_r, stride_h, scale_offset, FP8: tl.constexpr):
+    """Rows `tape_rows` [N] of one KV head: (values [N, D] in the tape's dtype or e4m3, scales [N] fp32;
+    1.0 for a tape in the model dtype)."""
+    at = tape_ptr + tape_rows[:, None] * stride_r + kv_head * stride_h + dims[None, :]
+    if FP8:
+        x = tl.load(at.to(tl.pointer_type(tl.float8e4nv)), mask=ok[:, None], other=0.0)
+        s = tl.load((tape_ptr + tape_rows * stride_r + scale_offset).to(tl.pointer_type(tl.float32)) + kv_head,
+                    mask=ok, other=0.0)
+    else:
+        x = tl.load(at, mask=ok[:, None], other=0.0)
+        s = tl.full(tape_rows.shape, 1.0, tl.float32)
+    return x, s
 
 
 @triton.jit
 def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, starts_ptr, used_ptr, head_starts_ptr, head_lens_ptr, scale_log2,
                    stride_qb, stride_qh, stride_kr, stride_kh, stride_vr, stride_vh, stride_ob, stride_oh,
-                   GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr):
+                   scale_offset, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
+                   BLOCK_N: tl.constexpr, FP8: tl.constexpr):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     start = tl.load(starts_ptr + seq).to(tl.int64)
@@ -47,17 +68,15 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, starts_ptr, used_ptr, head_starts
         cols = n0 + tl.arange(0, BLOCK_N)
         col_ok = cols < used
         tape_rows = tl.where(cols < head_len, head_start + cols, start + cols)
-        k = tl.load(k_ptr + tape_rows[:, None] * stride_kr + kv_head * stride_kh + dims[None, :],
-                    mask=col_ok[:, None], other=0.0)  # [N, D]
-        v = tl.load(v_ptr + tape_rows[:, None] * stride_vr + kv_head * stride_vh + dims[None, :],
-                    mask=col_ok[:, None], other=0.0)  # [N, D]
-        s = tl.dot(q, tl.trans(k)) * scale_log2  # [G, N], in log2 units
+        k, k_scale = load_kv(k_ptr, tape_rows, kv_head, dims, col_ok, stride_kr, stride_kh, scale_offset, FP8)
+        v, v_scale = load_kv(v_ptr, tape_rows, kv_head, dims, col_ok, stride_vr, stride_vh, scale_offset, FP8)
+        s = tl.dot(q, tl.trans(k.to(q.dtype))) * (k_scale * scale_log2)[None, :]  # [G, N], in log2 units
         s = tl.where(col_ok[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, 1))
         p = tl.exp2(s - m_new[:, None])
         alpha = tl.exp2(m - m_new)
         denom = denom * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + tl.dot((p * v_scale[None, :]).to(q.dtype), v.to(q.dtype))
         m = m_new
     out = acc / denom[:, None]
     tl.store(o_ptr + seq * stride_ob + (kv_head * GROUP + rows)[:, None] * stride_oh + dims[None, :],
@@ -65,8 +84,8 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, starts_ptr, used_ptr, head_starts
 
 
 def decode_attention(q: torch.Tensor,          # [B, H, D]
-                     k_tape: torch.Tensor,     # [rows, Hkv, D]
-                     v_tape: torch.Tensor,     # [rows, Hkv, D]
+                     k_tape: torch.Tensor | Fp8Tape,     # [rows, Hkv, D]
+                     v_tape: torch.Tensor | Fp8Tape,     # [rows, Hkv, D]
                      slab_starts: torch.Tensor,  # int32 [B]
                      seqused_k: torch.Tensor,    # int32 [B], >= 1
                      scale: float,
@@ -78,15 +97,29 @@ def decode_attention(q: torch.Tensor,          # [B, H, D]
     num_seqs, num_heads, head_dim = q.shape
     num_kv_heads = k_tape.shape[1]
     group = num_heads // num_kv_heads
-    if q.stride(-1) != 1 or k_tape.stride(-1) != 1 or v_tape.stride(-1) != 1:
+    (k, k_strides), (v, v_strides), scale_offset = tape_args(k_tape), tape_args(v_tape), scale_offset_of(k_tape)
+    if q.stride(-1) != 1:
         raise ValueError("decode_attention needs the head dimension contiguous")
     out = torch.empty_like(q)
     if head_lens is None:
         head_starts = head_lens = torch.zeros_like(slab_starts)
     _decode_kernel[(num_seqs, num_kv_heads)](
-        q, k_tape, v_tape, out, slab_starts, seqused_k, head_starts, head_lens, scale * _LOG2E,
-        q.stride(0), q.stride(1), k_tape.stride(0), k_tape.stride(1), v_tape.stride(0), v_tape.stride(1),
-        out.stride(0), out.stride(1),
+        q, k, v, out, slab_starts, seqused_k, head_starts, head_lens, scale * _LOG2E,
+        q.stride(0), q.stride(1), *k_strides, *v_strides, out.stride(0), out.stride(1), scale_offset,
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, BLOCK_N=64,
-        num_warps=4, num_stages=2)
+        FP8=isinstance(k_tape, Fp8Tape), num_warps=4, num_stages=2)
     return out
+
+
+def tape_args(tape: torch.Tensor | Fp8Tape) -> tuple[torch.Tensor, tuple[int, int]]:
+    """(the tensor a kernel addresses, (row stride, head stride) in its elements) for a KV tape."""
+    if isinstance(tape, Fp8Tape):
+        return tape.data, (tape.layout.row_bytes, tape.layout.head_dim)
+    if tape.stride(-1) != 1:
+        raise ValueError("a KV tape needs the head dimension contiguous")
+    return tape, (tape.stride(0), tape.stride(1))
+
+
+def scale_offset_of(tape: torch.Tensor | Fp8Tape) -> int:
+    """Byte offset of the scales in an FP8 tape's rows (0 for a tape in the model dtype)."""
+    return tape.layout.scale_offset if isinstance(tape, Fp8Tape) else 0

@@ -35,12 +35,14 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype  # activations, KV and the weights left unquantised
     fp8: bool = False  # the decoder's projections hold FP8 weights (worker.model.fp8)
+    fp8_kv: bool = False  # its KV arena stores FP8 codes and scales (worker.model.kv_fp8)
 
     @property
     def precision(self) -> str:
-        """'bfloat16', 'float32', or 'fp8' (FP8 projections beside the rest in `dtype`): the banner's and
-        the probe cache's name for it."""
-        return "fp8" if self.fp8 else str(self.dtype).removeprefix("torch.")
+        """'bfloat16', 'float32', or 'fp8' (FP8 projections beside the rest in `dtype`), then '+kv-fp8' with
+        an FP8 KV cache: the banner's and the probe cache's name for it."""
+        weights = "fp8" if self.fp8 else str(self.dtype).removeprefix("torch.")
+        return weights + ("+kv-fp8" if self.fp8_kv else "")
 
 
 def embedded_model_path() -> Path:
@@ -105,6 +107,20 @@ def use_fp8_weights(loaded: LoadedModel) -> LoadedModel:
                     "on an H200); --dtype auto is faster here", loaded.config.hidden_size)
     log.info("FP8 weights: %d projections quantised (per-row weight scales, per-token activation scales) in %.1f s",
              replaced, time.perf_counter() - started)
+    return loaded
+
+
+def use_fp8_kv_cache(loaded: LoadedModel) -> LoadedModel:
+    """Mark the model's KV arena as FP8 (`engine.kv_cache: fp8`): the Summarizer and the probe allocate
+    its tapes as codes and scales. ValueError naming why the device cannot, or the model's head size."""
+    from worker.model.fp8 import fp8_unsupported
+    from worker.model.kv_fp8 import Fp8Layout
+
+    reason = fp8_unsupported(loaded.device)
+    if reason is not None:
+        raise ValueError(f"engine.kv_cache fp8: {reason}")
+    Fp8Layout(loaded.config.num_kv_heads, loaded.config.head_dim)  # the head size it needs
+    loaded.fp8_kv = True
     return loaded
 
 

@@ -23,7 +23,7 @@ from worker.engine.engine import is_out_of_memory
 from worker.engine.runner import ModelRunner
 from worker.engine.sampling import SamplingBatch
 from worker.engine.warmup import capture_decode_graphs
-from worker.model.kv_cache import KVCache
+from worker.model.kv_cache import KVCache, kv_row_bytes
 from worker.probe.search import ProbeError, Trial
 
 PEAK_LAYERS = 2
@@ -115,7 +115,8 @@ class TorchMeasurer:
         self.device_name = self.gauge.name()
         self.total_bytes = self.gauge.total()
         self.resident_bytes = self.gauge.allocated()
-        self.kv_bytes_per_row = self.cfg.kv_bytes_per_row(torch.empty((), dtype=self.dtype).element_size())
+        self.fp8_kv = getattr(loaded, "fp8_kv", False)
+        self.kv_bytes_per_row = kv_row_bytes(self.cfg, self.dtype, fp8=self.fp8_kv)
         self.max_context = self.cfg.max_position_embeddings
         self._held_graphs: ModelRunner | None = None  # the decode graphs held through the trials
 
@@ -142,7 +143,7 @@ class TorchMeasurer:
         row), and keep the graphs until `release_decode_graphs`; returns the drop in free memory:
         their memory pool and logits buffer. 0 without graphs (CPU, TELESUM_DECODE_GRAPHS=0)."""
         before = self.free_bytes()
-        kv = KVCache.allocate(self.cfg, 2, self.dtype, self.device)
+        kv = KVCache.allocate(self.cfg, 2, self.dtype, self.device, fp8=self.fp8_kv)
         runner = ModelRunner(self.model, kv, self.device, max_seqlen_k=self.max_context)
         graphs = runner.decode_step
         if not graphs.use_graphs:
@@ -177,7 +178,7 @@ class TorchMeasurer:
         return Trial(ok, peak, seconds)
 
     def _prefill(self, tokens: int, kv_rows: int, seq_tokens: int, *, full: bool) -> None:
-        kv = KVCache.allocate(self.cfg, kv_rows, self.dtype, self.device)
+        kv = KVCache.allocate(self.cfg, kv_rows, self.dtype, self.device, fp8=self.fp8_kv)
         runner = ModelRunner(self.model, kv, self.device)
         b = synthetic_bin(tokens, seq_tokens, self.cfg.vocab_size, self.device)
         hook = None
@@ -194,7 +195,7 @@ class TorchMeasurer:
     def _decode(self, num_seqs: int, context: int, kv_rows: int, max_new_tokens: int) -> None:
         if num_seqs * (context + 1) > kv_rows:
             raise ValueError(f"{num_seqs} sequences of {context + 1} rows do not fit {kv_rows} KV rows")
-        kv = KVCache.allocate(self.cfg, kv_rows, self.dtype, self.device)
+        kv = KVCache.allocate(self.cfg, kv_rows, self.dtype, self.device, fp8=self.fp8_kv)
         runner = ModelRunner(self.model, kv, self.device)
         token = min(100, self.cfg.vocab_size - 1)
         logits = runner.decode([token] * num_seqs, [context] * num_seqs,

@@ -31,6 +31,7 @@ from worker.engine.warmup import capture_decode_graphs, measure_prefill_rate, ru
 from worker.summarizer.in_order import results_in_order, summarize_all
 from worker.summarizer.long_records import WAKE, LongRecords, MergeDue
 from worker.messages import Facts, Summary, TelemetryRecord
+from worker.model.kv_cache import kv_row_bytes
 from worker.ops.logs import log_startup_phase
 from worker.summarizer.preprocess import Prepared, Preprocessor, default_workers, tokenize_messages
 from worker.prompts import approx_tokens
@@ -100,17 +101,19 @@ class Summarizer:
         self.work_cap: WorkCap | None = budgets.work_cap or (
             WorkCap(engine.work_cap(), "engine.max_record_tokens") if engine.max_record_tokens is not None
             else device_work_cap(self.device.type))
+        kv_fp8 = getattr(loaded, "fp8_kv", False)  # engine.kv_cache, applied at load (the probe sized for it)
         kv_rows, region = arena_rows(
-            cfg, param.dtype, self.device, kv_rows=budgets.kv_rows, token_budget=budgets.token_budget,
-            max_seqs_per_bin=budgets.max_seqs_per_bin, max_new_tokens=engine.max_new_tokens,
-            max_context=self.max_context, prefix_cache=engine.prefix_cache,
+            kv_row_bytes(cfg, param.dtype, fp8=kv_fp8), self.device, kv_rows=budgets.kv_rows,
+            token_budget=budgets.token_budget, max_seqs_per_bin=budgets.max_seqs_per_bin,
+            max_new_tokens=engine.max_new_tokens, max_context=self.max_context, prefix_cache=engine.prefix_cache,
             prefix_cache_tokens=engine.prefix_cache_tokens)
         if dispatcher is None:
             dispatcher = BinDispatcher(budgets.token_budget, max_seqs_per_bin=budgets.max_seqs_per_bin,
                                        pad_id=self.tokenizer.pad_token_id or 0)
         self.dispatcher = dispatcher
         self.max_seqs_per_bin = budgets.max_seqs_per_bin
-        self.arena = KVArena(cfg, kv_rows, dtype=param.dtype, device=self.device, reserved_tail_rows=region)
+        self.arena = KVArena(cfg, kv_rows, dtype=param.dtype, device=self.device, reserved_tail_rows=region,
+                             fp8=kv_fp8)
         self.prefix = (PrefixReuse(self.arena.cache, first_row=kv_rows - region,
                                    num_blocks=region // PREFIX_BLOCK_SIZE) if region else None)
         self.runner = ModelRunner(loaded.model, self.arena.cache, self.device)
