@@ -3,10 +3,11 @@
     python bench/gpu_cli.py --out DIR --tokenizer TOKENIZER_DIR [--sizes 1000,7000] [--new-tokens 64]
         [--spy]      # py-spy (every thread, waiting included) over the CLI's larger run: DIR/cli_spy.txt
         [--switch-intervals 0.005,0.00005]  # the in-process sizes again at these GIL switch intervals
+        [--shape qwen7b] [--dtype fp8] [--kv-cache fp8]  # another shape (gpu_job.SHAPES), FP8 weights, FP8 KV
     python bench/gpu_cli.py --out DIR --chart-from A.json B.json ...  # DIR/gpu_cli.png
     python bench/gpu_cli.py --out DIR --tokenizer TOKENIZER_DIR --cpu --sizes 4,8 --new-tokens 4  # the method only
 
-A model folder of the SmolLM2-135M shape with random weights (as `gpu_stream.py --cold-start` saves
+A model folder of the SmolLM2-135M shape (or `--shape`'s) with random weights (as `gpu_stream.py --cold-start` saves
 it), `telesum produce`'s `short` records, EOS off (random weights), the stop string and sampling as
 the command's defaults. Each size is run as a whole process (process start to exit) and, in this
 process, through one Summarizer built by the commands' own start-up (`start_summarizer`), started once
@@ -36,12 +37,15 @@ WORK = Path("/tmp/telesum-cli")
 
 
 def cli_run(model_dir: Path, tokenizer: Path, data: Path, new_tokens: int, env: dict, device: str,
-            spy: Path | None = None) -> dict:
+            spy: Path | None = None, engine: dict | None = None) -> dict:
+    """engine: more engine settings, {"dtype": "fp8", ...}, given as the command's flags."""
     output = data.with_suffix(".out.jsonl")
     output.unlink(missing_ok=True)
     output.with_name(output.name + ".rejects.jsonl").unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "worker.cli", "summarize", str(data), "-o", str(output), "--model", str(model_dir),
            "--tokenizer", str(tokenizer), "--max-new-tokens", str(new_tokens), "--device", device, "--no-progress"]
+    for name, value in (engine or {}).items():
+        cmd += [f"--{name.replace('_', '-')}", str(value)]
     if spy is not None:
         cmd = ["py-spy", "record", "-r", "50", "--idle", "--threads", "--nonblocking", "-f", "raw", "-o", str(spy),
                "--"] + cmd
@@ -71,7 +75,7 @@ def busy_of(busy) -> dict:
 
 
 def in_process_runs(model_dir: Path, tokenizer: Path, files: dict[int, Path], new_tokens: int, device: str,
-                    switch_intervals: list[float] = ()) -> dict:
+                    switch_intervals: list[float] = (), engine: dict | None = None) -> dict:
     """One Summarizer as the command builds it; each size fed in turn after a warm-up, timed to its last result.
     Then, for each of `switch_intervals`, both sizes again with the interpreter's GIL switch interval
     set to it (under "switch_<turn>_<seconds>")."""
@@ -80,7 +84,8 @@ def in_process_runs(model_dir: Path, tokenizer: Path, files: dict[int, Path], ne
     from worker.settings.load import from_values
 
     settings = from_values({"engine.model": str(model_dir), "engine.tokenizer": str(tokenizer),
-                            "engine.max_new_tokens": new_tokens, "engine.device": device})
+                            "engine.max_new_tokens": new_tokens, "engine.device": device,
+                            **{f"engine.{k}": v for k, v in (engine or {}).items()}})
     summarizer = start_summarizer(settings, "summarize").summarizer
     summarizer.start()
     decoder = msgspec.json.Decoder(TelemetryRecord)
@@ -135,9 +140,10 @@ def chart(files: list[Path], out: Path) -> None:
         xs = [i + (offset - 0.5) * 0.38 for i in range(len(results))]
         bars = ax.bar(xs, [r[key] for r in results], width=0.38, label=name)
         ax.bar_label(bars, fmt="%.0f", fontsize=7)
-    ax.set_xticks(range(len(results)), [f"{r['label']}\n{r['new_tokens']} tokens" for r in results], fontsize=8)
+    ax.set_xticks(range(len(results)), [f"{r['label']}\n{r.get('shape', 'smollm2')}, {r['new_tokens']} tokens"
+                                        for r in results], fontsize=8)
     ax.set_ylabel("records/s, steady")
-    ax.set_title(f"SmolLM2 shape, short records, {results[0]['date'][:10]}", fontsize=9)
+    ax.set_title(f"short records, {results[0]['date'][:10]}", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
@@ -154,6 +160,9 @@ def main() -> None:
     ap.add_argument("--switch-intervals", default="", help="in-process runs again at these GIL switch intervals (s)")
     ap.add_argument("--cpu", action="store_true", help="on the CPU: the method, not the figures")
     ap.add_argument("--label", default="", help="a name for this code in the results (e.g. a commit)")
+    ap.add_argument("--shape", default="smollm2", help="gpu_job.SHAPES: smollm2 or qwen7b")
+    ap.add_argument("--dtype", default="auto", help="engine.dtype: auto or fp8")
+    ap.add_argument("--kv-cache", default="auto", help="engine.kv_cache: auto or fp8")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.chart_from:
@@ -164,7 +173,8 @@ def main() -> None:
     tokenizer = args.tokenizer.resolve()
     WORK.mkdir(parents=True, exist_ok=True)
     device = "cpu" if args.cpu else "cuda"
-    model_dir = shape_model_dir(WORK, cpu=args.cpu)
+    model_dir = shape_model_dir(WORK, cpu=args.cpu, shape=args.shape)
+    engine = {name: value for name, value in (("dtype", args.dtype), ("kv_cache", args.kv_cache)) if value != "auto"}
     sizes = sorted(int(s) for s in args.sizes.split(","))
     records = records_for("short", sizes[-1])
     files = {}
@@ -173,16 +183,19 @@ def main() -> None:
         files[size].write_bytes(b"".join(msgspec.json.encode(r) + b"\n" for r in records[:size]))
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "XDG_CACHE_HOME": str(WORK / "cache"),
            "PYTHONPYCACHEPREFIX": str(WORK / "cache" / "pycache")}
-    res: dict = {"label": args.label, "sizes": sizes, "new_tokens": args.new_tokens,
+    res: dict = {"label": args.label, "shape": args.shape, "engine": engine, "sizes": sizes, "new_tokens": args.new_tokens,
+                 "command": "python bench/gpu_cli.py " + " ".join(sys.argv[1:]),
                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    cli_run(model_dir, tokenizer, files[sizes[0]], args.new_tokens, env, device)  # caches filled: every timed run is warm
-    res["cli"] = {size: cli_run(model_dir, tokenizer, files[size], args.new_tokens, env, device)
+    first = cli_run(model_dir, tokenizer, files[sizes[0]], args.new_tokens, env, device, engine=engine)  # caches filled
+    if first["returncode"]:
+        sys.exit(f"telesum summarize failed:\n{first['log_tail']}")
+    res["cli"] = {size: cli_run(model_dir, tokenizer, files[size], args.new_tokens, env, device, engine=engine)
                   for size in sizes}
     res["cli_steady_records_per_s"] = steady(res["cli"])
     print("cli", json.dumps(res["cli"]), "steady", res["cli_steady_records_per_s"], flush=True)
     os.environ["XDG_CACHE_HOME"] = env["XDG_CACHE_HOME"]  # the processes' probe cache: the same budgets
     intervals = [float(s) for s in args.switch_intervals.split(",") if s]
-    res["in_process"] = in_process_runs(model_dir, tokenizer, files, args.new_tokens, device, intervals)
+    res["in_process"] = in_process_runs(model_dir, tokenizer, files, args.new_tokens, device, intervals, engine)
     res["in_process_steady_records_per_s"] = steady(res["in_process"])
     for where in ("cli", "in_process"):
         for size, run in res[where].items():
@@ -191,7 +204,7 @@ def main() -> None:
     print("in-process", json.dumps(res["in_process"]), "steady", res["in_process_steady_records_per_s"], flush=True)
     if args.spy:
         res["cli_spied"] = cli_run(model_dir, tokenizer, files[sizes[-1]], args.new_tokens, env, device,
-                                   spy=args.out / "cli_spy.txt")
+                                   spy=args.out / "cli_spy.txt", engine=engine)
     name = f"gpu_cli{'_' + args.label if args.label else ''}.json"
     (args.out / name).write_text(json.dumps(res, indent=1))
     print(json.dumps({k: v for k, v in res.items() if k.endswith("per_s")}))

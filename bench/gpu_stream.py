@@ -294,19 +294,21 @@ def startup_breakdown(lines: list[str], t0_wall: float, first_summary_s: float |
     return out
 
 
-def shape_model_dir(work: Path, *, cpu: bool = False) -> Path:
-    """work/smollm2-shape: a Hugging Face model folder of the SmolLM2-135M shape with random bf16 weights
-    (saved once; later calls reuse it)."""
+def shape_model_dir(work: Path, *, cpu: bool = False, shape: str = "smollm2") -> Path:
+    """work/<shape>-shape: a Hugging Face model folder of `gpu_job.SHAPES[shape]` (SmolLM2-135M's by
+    default) with random bf16 weights (saved once; later calls reuse it)."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     from gpu_job import SHAPES
 
-    model_dir = work / "smollm2-shape"
+    model_dir = work / f"{shape}-shape"
     if not (model_dir / "config.json").exists():
-        fields = {k: v for k, v in SHAPES["smollm2"][1].items() if k != "model_type"}
+        fields = {k: v for k, v in SHAPES[shape][1].items() if k != "model_type"}
+        config_cls, model_cls = ((Qwen2Config, Qwen2ForCausalLM) if SHAPES[shape][1].get("model_type") == "qwen2"
+                                 else (LlamaConfig, LlamaForCausalLM))
         with torch.device("cpu" if cpu else "cuda"):
-            model = LlamaForCausalLM(LlamaConfig(**fields)).to(torch.bfloat16)
+            model = model_cls(config_cls(**fields)).to(torch.bfloat16)
         model.save_pretrained(model_dir)
         del model
         if not cpu:
