@@ -131,6 +131,93 @@ def test_kernels_match_the_eager_math_for_model_shapes_and_strided_views():
     assert done.stdout.strip() == "ok"
 
 
+# The FP8 variants against the unfused kernels run the same way (the norm or SiLU·up kernel, then
+# fp8's quantisation kernel): bit for bit, also in the interpreter. Against torch's quantisation of the
+# same rounded row only the scales are compared here: the interpreter's fp32 -> e4m3 cast sometimes
+# rounds toward zero (124.3 -> 64), where the GPU's rounds to nearest (the CUDA test below checks codes).
+_FP8_KERNEL_CHECK = textwrap.dedent("""
+    import torch
+    from worker.model import fp8, fused_kernels as kernels
+
+    torch.manual_seed(0)
+    def same(got, want):
+        assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, want.dtype, got.shape, want.shape)
+        bits = (lambda t: t.view(torch.uint8)) if got.dtype == torch.float8_e4m3fn else (lambda t: t)
+        assert torch.equal(bits(got), bits(want)), float((got.float() != want.float()).float().mean())
+
+    def check(got, row):  # got: the fused (codes, scale); row: the unfused kernel's rounded output
+        want8, want_scale = fp8.quantize_tokens_triton(row)
+        same(got.codes, want8)
+        same(got.scale, want_scale)
+        same(got.scale, fp8.quantize_rows(row)[1])
+
+    def zero(got, row):  # an all-zero token: zero codes, the smallest scale
+        assert not got.codes[row].float().any() and got.scale[row].item() == torch.tensor(fp8.MIN_SCALE).item()
+
+    for dtype in (torch.bfloat16, torch.float32):
+        for tokens, channels in ((1, 48), (5, 576), (4, 1000)):
+            x, res = torch.randn(tokens, channels).to(dtype) * 3, torch.randn(tokens, channels).to(dtype)
+            w = torch.randn(channels).to(dtype)
+            x[tokens // 2] = 0  # a zero row: the smallest scale, all-zero codes
+            got = kernels.rms_norm_fp8(x, w, 1e-6)
+            check(got, kernels.rms_norm(x, w, 1e-6))
+            zero(got, tokens // 2)
+            x[tokens // 2] = -res[tokens // 2]  # a zero row again, after the add
+            got, summed = kernels.add_rms_norm_fp8(x, res, w, 1e-5)
+            row, want_summed = kernels.add_rms_norm(x, res, w, 1e-5)
+            check(got, row)
+            zero(got, tokens // 2)
+            same(summed, want_summed)
+            qkv = torch.randn(tokens, 2 * channels).to(dtype)  # strided input rows
+            check(kernels.rms_norm_fp8(qkv[:, :channels], w, 1e-6), kernels.rms_norm(qkv[:, :channels], w, 1e-6))
+        for tokens, inner in ((1, 24), (3, 1536), (4, 5000)):  # 5000: more than one block of the loop
+            gate_up = torch.randn(tokens, 2 * inner).to(dtype) * 2
+            gate_up[-1] = 0
+            got = kernels.silu_mul_fp8(gate_up)
+            check(got, kernels.silu_mul(gate_up))
+            zero(got, -1)
+        empty = torch.empty(0, 48, dtype=dtype)
+        got = kernels.rms_norm_fp8(empty, torch.ones(48, dtype=dtype), 1e-6)
+        assert got.codes.shape == (0, 48) and got.scale.shape == (0, 1)
+        assert kernels.silu_mul_fp8(torch.empty(0, 96, dtype=dtype)).codes.shape == (0, 48)
+    print("ok")
+""")
+
+
+def test_fp8_kernels_equal_the_unfused_kernels_then_quantisation_bit_for_bit():
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-c", _FP8_KERNEL_CHECK], env=env, capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the Triton kernels need a CUDA GPU")
+@pytest.mark.parametrize("channels, inner", [(576, 1536), (3584, 18944)])  # SmolLM2's shape, the 7B's
+def test_fp8_kernels_on_cuda_equal_the_unfused_path_bit_for_bit(channels, inner):
+    from worker.model import fp8, fused_kernels as kernels
+
+    torch.manual_seed(0)
+    w = torch.randn(channels, device="cuda", dtype=torch.bfloat16)
+    for tokens in (1, 37, 1000):
+        x = torch.randn(tokens, channels, device="cuda", dtype=torch.bfloat16) * 3
+        res = torch.randn(tokens, channels, device="cuda", dtype=torch.bfloat16)
+        x[tokens // 2] = 0
+        gate_up = torch.randn(tokens, 2 * inner, device="cuda", dtype=torch.bfloat16) * 2
+        gate_up[-1] = 0
+        (got_add, summed), (row_add, want_summed) = (kernels.add_rms_norm_fp8(x, res, w, 1e-5),
+                                                     kernels.add_rms_norm(x, res, w, 1e-5))
+        assert torch.equal(summed, want_summed)
+        for got, row in ((kernels.rms_norm_fp8(x, w, 1e-6), kernels.rms_norm(x, w, 1e-6)), (got_add, row_add),
+                         (kernels.silu_mul_fp8(gate_up), kernels.silu_mul(gate_up))):
+            want8, want_scale = fp8.quantize_tokens(row)  # what the projection would do with the bf16 row
+            assert torch.equal(got.scale, want_scale)
+            assert torch.equal(got.codes.view(torch.uint8), want8.view(torch.uint8))
+            ref8, ref_scale = fp8.quantize_rows(row)  # torch's math on the same row: the scales exactly
+            assert torch.equal(got.scale, ref_scale)
+            assert (got.codes.float() != ref8.float()).float().mean().item() < 1e-3  # division rounding at most
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled kernels need a CUDA GPU")
 def test_kernels_on_cuda_round_like_the_eager_math_and_compile_once_for_any_token_count():
     from worker.model import fused_kernels as kernels

@@ -1,17 +1,22 @@
 """FP8 weights for the decoder's linear layers (`engine.dtype: fp8`): quantised once at load.
 
 Each projection of a layer (qkv, o, gate_up, down) keeps its weight as float8_e4m3fn with one fp32
-scale per output row. Each call quantises its input with one scale per token (`quantize_tokens`, a
-Triton kernel on CUDA at the memory bound; torch.compile's version of the same math measured 4-9x
-slower on the 7B's activations) and multiplies through `torch._scaled_mm`, which runs on the FP8
-tensor cores of Ada and Hopper GPUs. The embedding, the norms, attention, the KV arena and the LM head
-stay in the model dtype (bf16): the LM head's logits pick every token. Row-wise scales keep one
-outlier row or token from flattening the others' precision, which a single per-tensor scale would.
+scale per output row, and multiplies through `torch._scaled_mm`, which runs on the FP8 tensor cores of
+Ada and Hopper GPUs. Its input is quantised with one scale per token. On CUDA the kernels that produce
+the inputs of qkv, gate_up and down (the two RMSNorms and SiLU·up, `fused_kernels`) write those FP8
+codes and scales themselves (`QuantizedActivation`), so the bf16 row is never written and read back;
+o_proj's input (attention's output), and every input while the fused quantisation or the kernels are
+off, is quantised on the call (`quantize_tokens`, a Triton kernel on CUDA at the memory bound;
+torch.compile's version of the same math measured 4-9x slower on the 7B's activations). Both paths
+compute the same bits. The embedding, the norms, attention, the KV arena and the LM head stay in the
+model dtype (bf16): the LM head's logits pick every token. Row-wise scales keep one outlier row or
+token from flattening the others' precision, which a single per-tensor scale would.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import NamedTuple
 
 import torch
 import triton
@@ -32,6 +37,28 @@ FAST_ACCUM = True
 PROJECTIONS = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
 
 
+class QuantizedActivation(NamedTuple):
+    """An activation already quantised per token, as `quantize_tokens` returns it: x ~= codes * scale."""
+
+    codes: Tensor  # [T, K] float8_e4m3fn, row-major
+    scale: Tensor  # [T, 1] fp32
+
+
+_fused_quantisation = True
+
+
+def set_fused_quantisation(enabled: bool) -> None:
+    """Let the norm and SiLU kernels hand FP8 projections their codes (True, the default), or hand them the
+    bf16 row to quantise on the call (False), for later forwards; benchmarks compare both in one process.
+    A captured CUDA graph keeps what it was captured with."""
+    global _fused_quantisation
+    _fused_quantisation = enabled
+
+
+def fused_quantisation_enabled() -> bool:
+    return _fused_quantisation
+
+
 def quantize_rows(w: Tensor) -> tuple[Tensor, Tensor]:
     """w [N, K] -> (w8 [N, K] float8_e4m3fn, scale [N, 1] fp32) with w ~= w8 * scale: one scale per row.
 
@@ -42,6 +69,19 @@ def quantize_rows(w: Tensor) -> tuple[Tensor, Tensor]:
 
 
 @triton.jit
+def row_scale(amax, FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr):
+    """A token's scale from its largest magnitude (fp32), as `quantize_rows`: max(amax / FP8_MAX, MIN_SCALE).
+    Shared with the fused norm and SiLU kernels, so both paths compute the same bits."""
+    return tl.maximum(amax / FP8_MAX, MIN_SCALE)
+
+
+@triton.jit
+def scaled_codes(x, scale, FP8_MAX: tl.constexpr):
+    """x / scale clamped to e4m3's range, still fp32: the caller casts it to the codes' dtype."""
+    return tl.clamp(x / scale, -FP8_MAX, FP8_MAX)
+
+
+@triton.jit
 def _quantize_rows_kernel(x_ptr, q_ptr, scale_ptr, K, stride_x, stride_q, FP8_MAX: tl.constexpr,
                           MIN_SCALE: tl.constexpr, BLOCK: tl.constexpr, ONE_BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
@@ -49,17 +89,17 @@ def _quantize_rows_kernel(x_ptr, q_ptr, scale_ptr, K, stride_x, stride_q, FP8_MA
     cols = tl.arange(0, BLOCK)
     if ONE_BLOCK:  # the row fits in registers: read once
         x = tl.load(x_row + cols, mask=cols < K, other=0.0).to(tl.float32)
-        scale = tl.maximum(tl.max(tl.abs(x), axis=0) / FP8_MAX, MIN_SCALE)
-        tl.store(q_row + cols, tl.clamp(x / scale, -FP8_MAX, FP8_MAX).to(q_ptr.dtype.element_ty), mask=cols < K)
+        scale = row_scale(tl.max(tl.abs(x), axis=0), FP8_MAX, MIN_SCALE)
+        tl.store(q_row + cols, scaled_codes(x, scale, FP8_MAX).to(q_ptr.dtype.element_ty), mask=cols < K)
     else:  # a long row (the down projection's input): the max first, then a second read from L2
         amax = tl.zeros([BLOCK], dtype=tl.float32)
         for start in range(0, K, BLOCK):
             x = tl.load(x_row + start + cols, mask=start + cols < K, other=0.0).to(tl.float32)
             amax = tl.maximum(amax, tl.abs(x))
-        scale = tl.maximum(tl.max(amax, axis=0) / FP8_MAX, MIN_SCALE)
+        scale = row_scale(tl.max(amax, axis=0), FP8_MAX, MIN_SCALE)
         for start in range(0, K, BLOCK):
             x = tl.load(x_row + start + cols, mask=start + cols < K, other=0.0).to(tl.float32)
-            tl.store(q_row + start + cols, tl.clamp(x / scale, -FP8_MAX, FP8_MAX).to(q_ptr.dtype.element_ty),
+            tl.store(q_row + start + cols, scaled_codes(x, scale, FP8_MAX).to(q_ptr.dtype.element_ty),
                      mask=start + cols < K)
     tl.store(scale_ptr + row, scale)
 
@@ -70,8 +110,11 @@ _MAX_BLOCK = 4096
 def quantize_tokens(x: Tensor) -> tuple[Tensor, Tensor]:
     """x [T, K] -> (x8 [T, K] float8_e4m3fn, scale [T, 1] fp32), x ~= x8 * scale: one scale per token.
     The Triton kernel on CUDA, `quantize_rows` elsewhere."""
-    if not x.is_cuda:
-        return quantize_rows(x)
+    return quantize_tokens_triton(x) if x.is_cuda else quantize_rows(x)
+
+
+def quantize_tokens_triton(x: Tensor) -> tuple[Tensor, Tensor]:
+    """`quantize_tokens`' Triton kernel on any device (CPU tensors through TRITON_INTERPRET=1, in checks)."""
     if x.stride(-1) != 1:
         x = x.contiguous()
     tokens, k = x.shape
@@ -86,7 +129,8 @@ def quantize_tokens(x: Tensor) -> tuple[Tensor, Tensor]:
 
 
 class Fp8Linear(nn.Module):
-    """y = x @ W.T + b with W in FP8 (per output row scales) and x quantised per token on each call."""
+    """y = x @ W.T + b with W in FP8 (per output row scales) and x quantised per token: on the call, or
+    already by the kernel that produced it (a `QuantizedActivation`)."""
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
@@ -97,9 +141,9 @@ class Fp8Linear(nn.Module):
         self.register_buffer("weight_scale", scale.t().contiguous())  # [1, N] fp32
         self.bias = linear.bias  # model dtype, or None
 
-    def forward(self, x: Tensor) -> Tensor:  # x [T, K] -> [T, N] in the model dtype
-        x8, x_scale = quantize_tokens(x)
-        if not x.is_cuda:  # the same products in fp32 (CPU _scaled_mm differs between torch versions)
+    def forward(self, x: Tensor | QuantizedActivation) -> Tensor:  # x [T, K] -> [T, N] in the model dtype
+        x8, x_scale = x if isinstance(x, QuantizedActivation) else quantize_tokens(x)
+        if not x8.is_cuda:  # the same products in fp32 (CPU _scaled_mm differs between torch versions)
             y = (x8.float() * x_scale) @ self.dequantized().t()
             return (y if self.bias is None else y + self.bias).to(self.out_dtype)
         return torch._scaled_mm(x8, self.weight.t(), scale_a=x_scale, scale_b=self.weight_scale, bias=self.bias,

@@ -8,6 +8,10 @@ and wrapper on every call: ~40 % of a prefill forward's host time (bench/NOTES.m
 No kernel takes the token count as an argument (it is the grid), so a new count never compiles a new
 variant. Rows and heads may be strided views (q and k are column slices of the qkv projection's
 output); the last dimension must be contiguous.
+
+The `_fp8` variants of the norms and SiLU·up feed an FP8 projection (`fp8.Fp8Linear`): instead of the
+row in the model dtype they write its FP8 codes and per-token scale, computed from that rounded row
+exactly as `fp8.quantize_tokens` would, so the projection's input costs no extra launch or pass.
 """
 
 from __future__ import annotations
@@ -17,13 +21,17 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from worker.model.fp8 import FP8, FP8_MAX, MIN_SCALE, QuantizedActivation, row_scale, scaled_codes
+
 
 @triton.jit
-def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, C, stride_x, stride_res, stride_out,
-                     stride_res_out, eps, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
+def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, scale_ptr, C, stride_x, stride_res, stride_out,
+                     stride_res_out, eps, HAS_RESIDUAL: tl.constexpr, FP8_OUT: tl.constexpr,
+                     FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < C
+    dtype = x_ptr.dtype.element_ty  # the model dtype (out's too, unless it holds FP8 codes)
     x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
     if HAS_RESIDUAL:  # the sum is rounded to the stream's dtype before the norm, as the eager math does
         res = tl.load(res_ptr + row * stride_res + cols, mask=mask, other=0.0)
@@ -32,30 +40,41 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, C, stride_x, s
     x32 = x.to(tl.float32)
     inv = tl.rsqrt(tl.sum(x32 * x32, axis=0) / C + eps)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    normed = (x32 * inv).to(out_ptr.dtype.element_ty).to(tl.float32)  # rounded before the weight, as transformers does
-    tl.store(out_ptr + row * stride_out + cols, (normed * w).to(out_ptr.dtype.element_ty), mask=mask)
+    normed = (x32 * inv).to(dtype).to(tl.float32)  # rounded before the weight, as transformers does
+    y = (normed * w).to(dtype)
+    if FP8_OUT:  # the row as the model dtype holds it, quantised as quantize_tokens does (padding is 0)
+        y32 = y.to(tl.float32)
+        scale = row_scale(tl.max(tl.abs(y32), axis=0), FP8_MAX, MIN_SCALE)
+        tl.store(out_ptr + row * stride_out + cols, scaled_codes(y32, scale, FP8_MAX).to(out_ptr.dtype.element_ty),
+                 mask=mask)
+        tl.store(scale_ptr + row, scale)
+    else:
+        tl.store(out_ptr + row * stride_out + cols, y, mask=mask)
 
 
 def _row_major(x: Tensor) -> Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-def _norm(x: Tensor, residual: Tensor | None, w: Tensor, eps: float) -> tuple[Tensor, Tensor | None]:
-    """(rms_norm(x [+ residual]), x + residual or None): one launch, a row per program."""
+def _norm(x: Tensor, residual: Tensor | None, w: Tensor, eps: float,
+          fp8_out: bool = False) -> tuple[Tensor | QuantizedActivation, Tensor | None]:
+    """(rms_norm(x [+ residual]) or its FP8 codes and scales, x + residual or None): one launch, a row per program."""
     x = _row_major(x)
     tokens, channels = x.shape
-    out = torch.empty((tokens, channels), dtype=x.dtype, device=x.device)
+    out = torch.empty((tokens, channels), dtype=FP8 if fp8_out else x.dtype, device=x.device)
+    scale = torch.empty((tokens, 1), dtype=torch.float32, device=x.device) if fp8_out else out
     new_residual = None
     if residual is not None:
         residual = _row_major(residual)
-        new_residual = torch.empty_like(out)
+        new_residual = torch.empty((tokens, channels), dtype=x.dtype, device=x.device)
     if tokens:
         block = triton.next_power_of_2(channels)
         res, res_out = (x, out) if residual is None else (residual, new_residual)
-        _rms_norm_kernel[(tokens,)](x, res, w, out, res_out, channels, x.stride(0), res.stride(0), out.stride(0),
-                                    res_out.stride(0), eps, HAS_RESIDUAL=residual is not None, BLOCK=block,
+        _rms_norm_kernel[(tokens,)](x, res, w, out, res_out, scale, channels, x.stride(0), res.stride(0),
+                                    out.stride(0), res_out.stride(0), eps, HAS_RESIDUAL=residual is not None,
+                                    FP8_OUT=fp8_out, FP8_MAX=FP8_MAX, MIN_SCALE=MIN_SCALE, BLOCK=block,
                                     num_warps=8 if block >= 2048 else 4)
-    return out, new_residual
+    return (QuantizedActivation(out, scale) if fp8_out else out), new_residual
 
 
 def rms_norm(x: Tensor, w: Tensor, eps: float) -> Tensor:
@@ -66,6 +85,16 @@ def rms_norm(x: Tensor, w: Tensor, eps: float) -> Tensor:
 def add_rms_norm(x: Tensor, residual: Tensor, w: Tensor, eps: float) -> tuple[Tensor, Tensor]:
     """(rms_norm(x + residual), x + residual) for x, residual [T, C], in one pass over both."""
     return _norm(x, residual, w, eps)
+
+
+def rms_norm_fp8(x: Tensor, w: Tensor, eps: float) -> QuantizedActivation:
+    """quantize_tokens(rms_norm(x, w, eps)) in one launch: codes [T, C] e4m3 and scales [T, 1], no bf16 row."""
+    return _norm(x, None, w, eps, fp8_out=True)[0]
+
+
+def add_rms_norm_fp8(x: Tensor, residual: Tensor, w: Tensor, eps: float) -> tuple[QuantizedActivation, Tensor]:
+    """(quantize_tokens(rms_norm(x + residual)), x + residual) in one launch; the sum stays in x.dtype."""
+    return _norm(x, residual, w, eps, fp8_out=True)
 
 
 @triton.jit
@@ -114,17 +143,44 @@ def apply_rope_qk(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tenso
 
 
 @triton.jit
+def _silu_mul_at(gate_up_row, cols, inner):
+    """silu(gate) * up in fp32 at `cols` of one token's [gate | up] row (0 past `inner`)."""
+    mask = cols < inner
+    gate = tl.load(gate_up_row + cols, mask=mask, other=0.0).to(tl.float32)
+    up = tl.load(gate_up_row + inner + cols, mask=mask, other=0.0).to(tl.float32)
+    return gate * tl.sigmoid(gate) * up
+
+
+@triton.jit
 def _silu_mul_kernel(gate_up_ptr, out_ptr, inner, stride_in, stride_out, BLOCK: tl.constexpr):
     token = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    mask = cols < inner
-    gate = tl.load(gate_up_ptr + token * stride_in + cols, mask=mask, other=0.0).to(tl.float32)
-    up = tl.load(gate_up_ptr + token * stride_in + inner + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + token * stride_out + cols, (gate * tl.sigmoid(gate) * up).to(out_ptr.dtype.element_ty),
-             mask=mask)
+    y = _silu_mul_at(gate_up_ptr + token * stride_in, cols, inner)
+    tl.store(out_ptr + token * stride_out + cols, y.to(out_ptr.dtype.element_ty), mask=cols < inner)
+
+
+@triton.jit
+def _silu_mul_fp8_kernel(gate_up_ptr, q_ptr, scale_ptr, inner, stride_in, stride_q, FP8_MAX: tl.constexpr,
+                         MIN_SCALE: tl.constexpr, BLOCK: tl.constexpr):
+    # One program per token: the scale needs the whole row's max first (the 7B's is 18,944 wide), so a
+    # first pass takes it and a second recomputes the row (its input again, mostly from L2) and writes codes.
+    token = tl.program_id(0).to(tl.int64)
+    row, q_row = gate_up_ptr + token * stride_in, q_ptr + token * stride_q
+    cols = tl.arange(0, BLOCK)
+    amax = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, inner, BLOCK):
+        y = _silu_mul_at(row, start + cols, inner).to(gate_up_ptr.dtype.element_ty).to(tl.float32)
+        amax = tl.maximum(amax, tl.abs(y))
+    scale = row_scale(tl.max(amax, axis=0), FP8_MAX, MIN_SCALE)
+    for start in range(0, inner, BLOCK):
+        y = _silu_mul_at(row, start + cols, inner).to(gate_up_ptr.dtype.element_ty).to(tl.float32)
+        tl.store(q_row + start + cols, scaled_codes(y, scale, FP8_MAX).to(q_ptr.dtype.element_ty),
+                 mask=start + cols < inner)
+    tl.store(scale_ptr + token, scale)
 
 
 _SILU_BLOCK = 1024
+_SILU_FP8_BLOCK = 2048  # a block of gate and one of up per step, 8 warps
 
 
 def silu_mul(gate_up: Tensor) -> Tensor:
@@ -137,3 +193,17 @@ def silu_mul(gate_up: Tensor) -> Tensor:
         _silu_mul_kernel[(tokens, triton.cdiv(inner, block))](gate_up, out, inner, gate_up.stride(0), out.stride(0),
                                                               BLOCK=block, num_warps=4)
     return out
+
+
+def silu_mul_fp8(gate_up: Tensor) -> QuantizedActivation:
+    """quantize_tokens(silu_mul(gate_up)) in one launch: codes [T, I] e4m3 and scales [T, 1], no bf16 row."""
+    gate_up = _row_major(gate_up)
+    tokens, inner = gate_up.shape[0], gate_up.shape[1] // 2
+    codes = torch.empty((tokens, inner), dtype=FP8, device=gate_up.device)
+    scale = torch.empty((tokens, 1), dtype=torch.float32, device=gate_up.device)
+    if tokens:
+        block = min(_SILU_FP8_BLOCK, triton.next_power_of_2(inner))
+        _silu_mul_fp8_kernel[(tokens,)](gate_up, codes, scale, inner, gate_up.stride(0), codes.stride(0),
+                                        FP8_MAX=FP8_MAX, MIN_SCALE=MIN_SCALE, BLOCK=block,
+                                        num_warps=8 if block >= 2048 else 4)
+    return QuantizedActivation(codes, scale)
