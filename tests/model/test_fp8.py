@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from tests.model.helpers import run_packed
-from worker.model import ModelConfig, random_model, use_fp8_weights
-from worker.model import fp8
+from worker.model import KVCache, ModelConfig, build_pass, random_model, use_fp8_weights
+from worker.model import fp8, fused
 
 E4M3_REL_STEP = 2.0 ** -3  # 3 mantissa bits: neighbouring normal values differ by at most 1/8 of the smaller
 
@@ -85,6 +85,85 @@ def test_fp8_linear_on_cuda_is_the_product_of_its_quantised_operands(bias):
     got = layer(x)
     assert got.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2)  # bf16 output
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_fp8_linear_takes_an_input_already_quantised_to_the_same_result(bias):
+    layer = fp8.Fp8Linear(_linear(bias))
+    x = _randn(7, 64, seed=3)
+    assert torch.equal(layer(fp8.QuantizedActivation(*fp8.quantize_tokens(x))), layer(x))
+
+
+@pytest.fixture
+def fused_quantisation():
+    """Restores the module switch after a test that flips it."""
+    yield
+    fp8.set_fused_quantisation(True)
+
+
+def test_only_an_fp8_projection_fed_by_the_kernels_gets_codes_and_the_switch_turns_it_off(fused_quantisation):
+    fp8_linear, linear = fp8.Fp8Linear(_linear(False)), _linear(False)
+    assert fp8.fused_quantisation_enabled()
+    assert fused.feeds_fp8(fp8_linear, fused.KERNELS)
+    assert not fused.feeds_fp8(linear, fused.KERNELS) and not fused.feeds_fp8(None, fused.KERNELS)
+    assert not fused.feeds_fp8(fp8_linear, fused.EAGER)  # CPU, TELESUM_COMPILE=0: the projection quantises
+    fp8.set_fused_quantisation(False)
+    assert not fused.feeds_fp8(fp8_linear, fused.KERNELS)
+
+
+def test_on_cpu_the_ops_hand_an_fp8_projection_its_row_and_the_eager_fp8_ops_equal_the_projection_math():
+    layer = fp8.Fp8Linear(_linear(False))
+    x, res, w = _randn(5, 64), _randn(5, 64, seed=1), _randn(64, seed=2)
+    gate_up = _randn(5, 128, seed=3)
+    assert torch.equal(fused.rms_norm(x, w, 1e-6, into=layer), fused.rms_norm(x, w, 1e-6))
+    assert torch.equal(fused.silu_mul(gate_up, into=layer), fused.silu_mul(gate_up))
+    for got, row in ((fused.EAGER.rms_norm_fp8(x, w, 1e-6), fused.rms_norm_eager(x, w, 1e-6)),
+                     (fused.EAGER.add_rms_norm_fp8(x, res, w, 1e-6)[0], fused.add_rms_norm_eager(x, res, w, 1e-6)[0]),
+                     (fused.EAGER.silu_mul_fp8(gate_up), fused.silu_mul_eager(gate_up))):
+        want8, want_scale = fp8.quantize_tokens(row)
+        assert isinstance(got, fp8.QuantizedActivation) and torch.equal(got.scale, want_scale)
+        assert torch.equal(got.codes.view(torch.uint8), want8.view(torch.uint8))
+    assert torch.equal(fused.EAGER.add_rms_norm_fp8(x, res, w, 1e-6)[1], x + res)
+
+
+def test_a_model_fed_fp8_codes_by_its_norms_and_silu_gives_the_same_logits(monkeypatch):
+    """The layer's wiring of the fused quantisation, on CPU: the eager ops stand in for the kernels."""
+    cfg = ModelConfig.tiny(arch="qwen2", num_layers=3)
+    loaded = use_fp8_weights(random_model(cfg, device="cpu", seed=5))
+    gen = torch.Generator().manual_seed(0)
+    seqs = [torch.randint(3, cfg.vocab_size, (n,), generator=gen) for n in (9, 17, 4)]
+    want = torch.cat(run_packed(loaded.model, seqs)[0])
+
+    fed = []
+
+    def feeds_fp8_on_cpu(into, ops):  # as on CUDA with the kernels on, with the eager ops
+        fed.append(type(into).__name__)
+        return isinstance(into, fp8.Fp8Linear) and fp8.fused_quantisation_enabled()
+
+    monkeypatch.setattr(fused, "feeds_fp8", feeds_fp8_on_cpu)
+    got = torch.cat(run_packed(loaded.model, seqs)[0])
+    assert fed == ["Fp8Linear"] * (3 * cfg.num_layers) + ["NoneType"]  # qkv, gate_up, down; the final norm
+    assert torch.equal(got, want)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the Triton kernels and torch._scaled_mm run on CUDA")
+def test_on_cuda_a_model_gives_the_same_logits_with_the_fused_quantisation_on_and_off(fused_quantisation):
+    cfg = ModelConfig.tiny(arch="qwen2", num_layers=3)
+    loaded = use_fp8_weights(random_model(cfg, device="cuda", dtype=torch.bfloat16, seed=5))
+    kv = KVCache.allocate(cfg, 128, torch.bfloat16, "cuda")
+    meta, pos = build_pass([9, 17, 4], [0, 0, 0], [0, 32, 64], device="cuda")
+    ids = torch.randint(3, cfg.vocab_size, (30,), device="cuda", generator=torch.Generator("cuda").manual_seed(0))
+    rows = torch.arange(30, device="cuda")
+    fed = []
+    fp8.set_fused_quantisation(True)
+    with pytest.MonkeyPatch.context() as patch:
+        original = fp8.Fp8Linear.forward
+        patch.setattr(fp8.Fp8Linear, "forward",
+                      lambda self, x: fed.append(isinstance(x, fp8.QuantizedActivation)) or original(self, x))
+        fused_logits = loaded.model(ids, pos, meta, kv, rows)
+    assert fed == [True, False, True, True] * cfg.num_layers  # o_proj's input is attention's: quantised on the call
+    fp8.set_fused_quantisation(False)
+    assert torch.equal(loaded.model(ids, pos, meta, kv, rows), fused_logits)
 
 
 def test_quantize_model_replaces_every_projection_and_keeps_the_logits_close():

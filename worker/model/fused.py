@@ -4,6 +4,12 @@ The eager versions are the reference math (RMSNorm accumulates in fp32, the weig
 model dtype, as transformers does); `fused_kernels` computes the same in one launch instead of ~6,
 rounding once to the model dtype. `TELESUM_COMPILE=0` in the environment, or
 `set_compile_enabled(False)`, keeps CUDA eager too.
+
+An op whose output feeds an FP8 projection (the norms into qkv and gate_up, SiLU·up into down) is told
+so (`into=`); where the kernels run it then returns the projection's FP8 input, codes and per-token
+scales (`fp8.QuantizedActivation`), instead of the row in the model dtype (`feeds_fp8` decides;
+`fp8.set_fused_quantisation(False)` turns only this off). Elsewhere the projection quantises the row
+itself, to the same bits.
 """
 
 from __future__ import annotations
@@ -15,9 +21,10 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
-from worker.model import fused_kernels
+from worker.model import fp8, fused_kernels
+from worker.model.fp8 import QuantizedActivation
 from worker.settings.environment import COMPILE as COMPILE_ENV
 
 log = logging.getLogger(__name__)
@@ -53,17 +60,37 @@ def silu_mul_eager(gate_up: Tensor) -> Tensor:
     return F.silu(gate) * up
 
 
+def rms_norm_fp8_eager(x: Tensor, w: Tensor, eps: float) -> QuantizedActivation:
+    """The norm's output quantised per token, as an FP8 projection would: the reference of the fused kernel."""
+    return QuantizedActivation(*fp8.quantize_rows(rms_norm_eager(x, w, eps)))
+
+
+def add_rms_norm_fp8_eager(x: Tensor, residual: Tensor, w: Tensor, eps: float) -> tuple[QuantizedActivation, Tensor]:
+    normed, new_residual = add_rms_norm_eager(x, residual, w, eps)
+    return QuantizedActivation(*fp8.quantize_rows(normed)), new_residual
+
+
+def silu_mul_fp8_eager(gate_up: Tensor) -> QuantizedActivation:
+    return QuantizedActivation(*fp8.quantize_rows(silu_mul_eager(gate_up)))
+
+
 @dataclass(frozen=True)
 class FusedOps:
     rms_norm: Callable[[Tensor, Tensor, float], Tensor]
     add_rms_norm: Callable[[Tensor, Tensor, Tensor, float], tuple[Tensor, Tensor]]
     apply_rope_qk: Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
     silu_mul: Callable[[Tensor], Tensor]
+    # the same, quantised for an FP8 projection; the eager math unless given (bench/fused_kernels.py builds four)
+    rms_norm_fp8: Callable[[Tensor, Tensor, float], QuantizedActivation] = rms_norm_fp8_eager
+    add_rms_norm_fp8: Callable[[Tensor, Tensor, Tensor, float], tuple[QuantizedActivation, Tensor]] = \
+        add_rms_norm_fp8_eager
+    silu_mul_fp8: Callable[[Tensor], QuantizedActivation] = silu_mul_fp8_eager
 
 
 EAGER = FusedOps(rms_norm_eager, add_rms_norm_eager, apply_rope_qk_eager, silu_mul_eager)
 KERNELS = FusedOps(fused_kernels.rms_norm, fused_kernels.add_rms_norm, fused_kernels.apply_rope_qk,
-                   fused_kernels.silu_mul)
+                   fused_kernels.silu_mul, fused_kernels.rms_norm_fp8, fused_kernels.add_rms_norm_fp8,
+                   fused_kernels.silu_mul_fp8)
 
 
 class _Switch:
@@ -101,14 +128,28 @@ def ops_for(x: Tensor) -> FusedOps:
     return _switch.cuda_ops() if x.is_cuda else EAGER
 
 
-def rms_norm(x: Tensor, w: Tensor, eps: float) -> Tensor:
-    """RMSNorm of x [T, C] with weight w [C] -> [T, C] (fp32 accumulation)."""
-    return ops_for(x).rms_norm(x, w, eps)
+def feeds_fp8(into: nn.Module | None, ops: FusedOps) -> bool:
+    """Whether an op run by `ops` whose output only feeds `into` should hand it FP8 codes and scales: `into`
+    is an FP8 projection, the Triton kernels run and the fused quantisation is on. Eager ops (CPU,
+    TELESUM_COMPILE=0) hand over the row in the model dtype and the projection quantises it."""
+    return ops is KERNELS and isinstance(into, fp8.Fp8Linear) and fp8.fused_quantisation_enabled()
 
 
-def add_rms_norm(x: Tensor, residual: Tensor, w: Tensor, eps: float) -> tuple[Tensor, Tensor]:
-    """(normed, new_residual) = (rms_norm(x + residual), x + residual); x, residual [T, C]."""
-    return ops_for(x).add_rms_norm(x, residual, w, eps)
+def rms_norm(x: Tensor, w: Tensor, eps: float, into: nn.Module | None = None) -> Tensor | QuantizedActivation:
+    """RMSNorm of x [T, C] with weight w [C] -> [T, C] (fp32 accumulation); quantised for `into`, the
+    projection it feeds, when `feeds_fp8`."""
+    ops = ops_for(x)
+    return ops.rms_norm_fp8(x, w, eps) if feeds_fp8(into, ops) else ops.rms_norm(x, w, eps)
+
+
+def add_rms_norm(x: Tensor, residual: Tensor, w: Tensor, eps: float,
+                 into: nn.Module | None = None) -> tuple[Tensor | QuantizedActivation, Tensor]:
+    """(normed, new_residual) = (rms_norm(x + residual), x + residual); x, residual [T, C]. The normed
+    row quantised for `into` when `feeds_fp8`; the residual stays in the model dtype."""
+    ops = ops_for(x)
+    if feeds_fp8(into, ops):
+        return ops.add_rms_norm_fp8(x, residual, w, eps)
+    return ops.add_rms_norm(x, residual, w, eps)
 
 
 def apply_rope_qk(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
@@ -116,6 +157,7 @@ def apply_rope_qk(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tenso
     return ops_for(q).apply_rope_qk(q, k, cos, sin)
 
 
-def silu_mul(gate_up: Tensor) -> Tensor:
-    """silu(gate) * up from gate_up [T, 2I] -> [T, I]."""
-    return ops_for(gate_up).silu_mul(gate_up)
+def silu_mul(gate_up: Tensor, into: nn.Module | None = None) -> Tensor | QuantizedActivation:
+    """silu(gate) * up from gate_up [T, 2I] -> [T, I]; quantised for `into` when `feeds_fp8`."""
+    ops = ops_for(gate_up)
+    return ops.silu_mul_fp8(gate_up) if feeds_fp8(into, ops) else ops.silu_mul(gate_up)

@@ -4,7 +4,9 @@ Weights follow Hugging Face names without the "model." prefix, except that q/k/v
 fused (`qkv_proj`, `gate_up_proj`): one matmul each. The loader does the fusing and every other
 checkpoint quirk; `forward` knows only this layout. RMSNorm and rotary angles are computed in fp32.
 Elementwise work goes through `worker.model.fused` (compiled kernels on CUDA); the residual add is
-fused into the next RMSNorm, so a layer returns (its MLP output, the residual stream before it).
+fused into the next RMSNorm, so a layer returns (its MLP output, the residual stream before it). The
+norms and SiLU·up are told which projection they feed (`into=`): an FP8 one may get its input already
+quantised (`fused.feeds_fp8`).
 Nothing in a forward pass waits for the host: per-pass index tensors are derived once, on the device.
 """
 
@@ -19,6 +21,7 @@ from torch import Tensor, nn
 from worker.model import fused
 from worker.model.attention import AttentionBackend, AttentionMetadata, tape_cu_seqlens_k
 from worker.model.config import ModelConfig
+from worker.model.fp8 import QuantizedActivation
 from worker.model.kv_cache import KVCache
 
 
@@ -28,12 +31,14 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
-    def forward(self, x: Tensor) -> Tensor:  # x: [T, C]
-        return fused.rms_norm(x, self.weight, self.eps)
+    def forward(self, x: Tensor, into: nn.Module | None = None) -> Tensor | QuantizedActivation:  # x: [T, C]
+        """Normed x, for `into` (the projection it feeds, if any)."""
+        return fused.rms_norm(x, self.weight, self.eps, into)
 
-    def add_forward(self, x: Tensor, residual: Tensor) -> tuple[Tensor, Tensor]:
-        """(normed x + residual, x + residual); x, residual [T, C]."""
-        return fused.add_rms_norm(x, residual, self.weight, self.eps)
+    def add_forward(self, x: Tensor, residual: Tensor,
+                    into: nn.Module | None = None) -> tuple[Tensor | QuantizedActivation, Tensor]:
+        """(normed x + residual, x + residual); x, residual [T, C]; the normed row for `into`."""
+        return fused.add_rms_norm(x, residual, self.weight, self.eps, into)
 
 
 def rope_inv_freq(cfg: ModelConfig) -> Tensor:
@@ -66,10 +71,11 @@ class Attention(nn.Module):
         self.qkv_proj = nn.Linear(cfg.hidden_size, cfg.q_size + 2 * cfg.kv_size, bias=cfg.attention_bias)
         self.o_proj = nn.Linear(cfg.q_size, cfg.hidden_size, bias=cfg.attention_out_bias)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attn: AttentionMetadata, kv: KVCache,
-                kv_rows: Tensor | None = None) -> Tensor:
-        num_tokens = x.shape[0]
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+    def forward(self, x: Tensor | QuantizedActivation, cos: Tensor, sin: Tensor, attn: AttentionMetadata,
+                kv: KVCache, kv_rows: Tensor | None = None) -> Tensor:
+        qkv = self.qkv_proj(x)  # x: [T, C], or its FP8 codes
+        num_tokens = qkv.shape[0]
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q, k = fused.apply_rope_qk(q.view(num_tokens, self.num_heads, self.head_dim),
                                    k.view(num_tokens, self.num_kv_heads, self.head_dim), cos, sin)  # [T, H|Hkv, D]
         v = v.reshape(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
@@ -85,8 +91,9 @@ class MLP(nn.Module):
         self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=cfg.mlp_bias)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=cfg.mlp_bias)
 
-    def forward(self, x: Tensor) -> Tensor:  # x: [T, C]
-        return self.down_proj(fused.silu_mul(self.gate_up_proj(x)))  # [T, 2I] -> [T, I] -> [T, C]
+    def forward(self, x: Tensor | QuantizedActivation) -> Tensor:  # x: [T, C], or its FP8 codes
+        h = fused.silu_mul(self.gate_up_proj(x), into=self.down_proj)  # [T, 2I] -> [T, I]
+        return self.down_proj(h)  # [T, C]
 
 
 class DecoderLayer(nn.Module):
@@ -100,12 +107,13 @@ class DecoderLayer(nn.Module):
     def forward(self, x: Tensor, residual: Tensor | None, cos: Tensor, sin: Tensor, attn: AttentionMetadata,
                 kv: KVCache, kv_rows: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """(MLP output, residual stream before it); the stream entering is x + residual (x alone when None)."""
+        qkv_proj, gate_up_proj = self.self_attn.qkv_proj, self.mlp.gate_up_proj  # what each norm feeds
         if residual is None:
-            h, residual = self.input_layernorm(x), x
+            h, residual = self.input_layernorm(x, into=qkv_proj), x
         else:
-            h, residual = self.input_layernorm.add_forward(x, residual)  # [T, C] each
+            h, residual = self.input_layernorm.add_forward(x, residual, into=qkv_proj)  # [T, C] each
         h = self.self_attn(h, cos, sin, attn, kv, kv_rows)
-        h, residual = self.post_attention_layernorm.add_forward(h, residual)
+        h, residual = self.post_attention_layernorm.add_forward(h, residual, into=gate_up_proj)
         return self.mlp(h), residual
 
 
