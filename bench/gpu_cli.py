@@ -138,7 +138,7 @@ def chart(files: list[Path], out: Path) -> None:
     for offset, (key, name) in enumerate((("cli_steady_records_per_s", "telesum summarize"),
                                           ("in_process_steady_records_per_s", "Summarizer in one process"))):
         xs = [i + (offset - 0.5) * 0.38 for i in range(len(results))]
-        bars = ax.bar(xs, [r[key] for r in results], width=0.38, label=name)
+        bars = ax.bar(xs, [r.get(key) or 0 for r in results], width=0.38, label=name)
         ax.bar_label(bars, fmt="%.0f", fontsize=7)
     ax.set_xticks(range(len(results)), [f"{r['label']}\n{r.get('shape', 'smollm2')}, {r['new_tokens']} tokens"
                                         for r in results], fontsize=8)
@@ -160,6 +160,7 @@ def main() -> None:
     ap.add_argument("--switch-intervals", default="", help="in-process runs again at these GIL switch intervals (s)")
     ap.add_argument("--cpu", action="store_true", help="on the CPU: the method, not the figures")
     ap.add_argument("--label", default="", help="a name for this code in the results (e.g. a commit)")
+    ap.add_argument("--in-process-only", action="store_true", help="skip the `telesum summarize` processes")
     ap.add_argument("--shape", default="smollm2", help="gpu_job.SHAPES: smollm2 or qwen7b")
     ap.add_argument("--dtype", default="auto", help="engine.dtype: auto or fp8")
     ap.add_argument("--kv-cache", default="auto", help="engine.kv_cache: auto or fp8")
@@ -186,19 +187,20 @@ def main() -> None:
     res: dict = {"label": args.label, "shape": args.shape, "engine": engine, "sizes": sizes, "new_tokens": args.new_tokens,
                  "command": "python bench/gpu_cli.py " + " ".join(sys.argv[1:]),
                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    first = cli_run(model_dir, tokenizer, files[sizes[0]], args.new_tokens, env, device, engine=engine)  # caches filled
-    if first["returncode"]:
-        sys.exit(f"telesum summarize failed:\n{first['log_tail']}")
-    res["cli"] = {size: cli_run(model_dir, tokenizer, files[size], args.new_tokens, env, device, engine=engine)
-                  for size in sizes}
-    res["cli_steady_records_per_s"] = steady(res["cli"])
-    print("cli", json.dumps(res["cli"]), "steady", res["cli_steady_records_per_s"], flush=True)
+    if not args.in_process_only:
+        first = cli_run(model_dir, tokenizer, files[sizes[0]], args.new_tokens, env, device, engine=engine)  # warm
+        if first["returncode"]:
+            sys.exit(f"telesum summarize failed:\n{first['log_tail']}")
+        res["cli"] = {size: cli_run(model_dir, tokenizer, files[size], args.new_tokens, env, device, engine=engine)
+                      for size in sizes}
+        res["cli_steady_records_per_s"] = steady(res["cli"])
+        print("cli", json.dumps(res["cli"]), "steady", res["cli_steady_records_per_s"], flush=True)
     os.environ["XDG_CACHE_HOME"] = env["XDG_CACHE_HOME"]  # the processes' probe cache: the same budgets
     intervals = [float(s) for s in args.switch_intervals.split(",") if s]
     res["in_process"] = in_process_runs(model_dir, tokenizer, files, args.new_tokens, device, intervals, engine)
     res["in_process_steady_records_per_s"] = steady(res["in_process"])
     for where in ("cli", "in_process"):
-        for size, run in res[where].items():
+        for size, run in res.get(where, {}).items():
             if isinstance(size, int):
                 run["records_per_s"] = size / run["seconds"]
     print("in-process", json.dumps(res["in_process"]), "steady", res["in_process_steady_records_per_s"], flush=True)

@@ -234,17 +234,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", choices=("auto", "fp8"), default="auto",
                         help="'fp8': the decoder's projections in FP8, as engine.dtype (compare with 'auto')")
+    parser.add_argument("--kv-cache", choices=("auto", "fp8"), default="auto",
+                        help="'fp8': K/V stored as FP8, as engine.kv_cache (compare with 'auto')")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="per-record JSON Lines")
     parser.add_argument("--chart", type=Path, default=None, help="write a PNG bar chart here")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
 
 def summarise(records: list[TelemetryRecord], model: str | None, device: str, max_new_tokens: int,
-              dtype: str = "auto"):
+              dtype: str = "auto", kv_cache: str = "auto"):
     """(record, Summary or exception) in order, through the real Summarizer."""
     import torch
 
     from worker.model import embedded_model_path, load_model, use_fp8_weights
+    from worker.model.loader import use_fp8_kv_cache
     from worker.settings.budgets import Budgets, device_defaults
     from worker.settings.sections import EngineSettings
     from worker.summarizer.summarizer import Summarizer
@@ -254,11 +257,14 @@ def summarise(records: list[TelemetryRecord], model: str | None, device: str, ma
     loaded = load_model(model or embedded_model_path(), device=dev)
     if dtype == "fp8":
         use_fp8_weights(loaded)
+    if kv_cache == "fp8":
+        use_fp8_kv_cache(loaded)
     summarizer = Summarizer(loaded, EngineSettings(max_new_tokens=max_new_tokens, max_record_tokens=0),
                             Budgets(defaults["token_budget"], defaults["max_seqs_per_bin"], None, {}))
     summarizer.start()
     try:
-        return loaded.name + (" (fp8)" if loaded.fp8 else ""), list(summarizer.results_in_order(records))
+        return loaded.name + (f" ({loaded.precision})" if loaded.fp8 or loaded.fp8_kv else ""), \
+            list(summarizer.results_in_order(records))
     finally:
         summarizer.close(drain=False)
 
@@ -297,7 +303,7 @@ def run(args: argparse.Namespace) -> int:
         model_name, results = openings([r for r, _, _ in items])
     else:
         model_name, results = summarise([r for r, _, _ in items], args.model, args.device, args.max_new_tokens,
-                                        getattr(args, "dtype", "auto"))
+                                        getattr(args, "dtype", "auto"), getattr(args, "kv_cache", "auto"))
     elapsed = time.perf_counter() - started
     rows, failures = [], 0
     for (record, truth, length), (_, result) in zip(items, results):
