@@ -1,6 +1,7 @@
-"""FP8 weights against the model dtype on real weights: logits, then the summaries users read.
+"""FP8 weights (or, with --kv, the FP8 KV cache) against the model dtype on real weights: logits, then the summaries users read.
 
     python bench/fp8_check.py --out DIR [--model GGUF_OR_FOLDER] [--device cuda] [--prompts 48] [--n 120]
+    python bench/fp8_check.py --out DIR --kv [...]   # engine.kv_cache fp8 against the model dtype's tape
     python bench/fp8_check.py --out DIR --chart-from DIR/fp8_check.json   # the chart alone
 
 1. Logits: the quality corpus's prompts (as the Summarizer renders them) through fp32, bf16 and fp8
@@ -10,7 +11,12 @@
 2. Summaries: `telesum bench quality` (the same corpus: generated, real-shaped, formats, network)
    through the real Summarizer with each dtype; how many summaries are identical, and every score.
 
-Writes DIR/fp8_check.json, DIR/fp8_check.png and DIR/quality_{auto,fp8}.jsonl. Default model: the embedded SmolLM2-135M.
+With --kv the logits come through the KV tape (each prompt's first 32 tokens prefilled, the rest as one
+pass that reads every key from the tape), FP8 tape against the model dtype's, in one model; the
+summaries with `engine.kv_cache` fp8 against auto.
+
+Writes DIR/fp8_check.json (with --kv: kv_fp8_check.json), its .png and DIR/quality_{auto,fp8}.jsonl.
+Default model: the embedded SmolLM2-135M.
 """
 
 from __future__ import annotations
@@ -41,6 +47,42 @@ def prompt_logits(loaded, ids: list[int]) -> torch.Tensor:
                         torch.arange(len(ids), device=device)).float()
 
 
+@torch.inference_mode()
+def tape_logits(loaded, ids: list[int], *, fp8_kv: bool, head: int = 32) -> torch.Tensor:
+    """Logits [T - head, vocab] fp32 at the prompt's positions after its first `head` tokens, every
+    key read from the KV tape (FP8 or the model dtype): the head prefilled from zero, the rest after it."""
+    device = loaded.device
+    kv = KVCache.allocate(loaded.config, len(ids), loaded.dtype, device, fp8=fp8_kv)
+    tokens = torch.tensor(ids, device=device)
+    meta, pos = build_pass([head], [0], [0], device=device)
+    loaded.model(tokens[:head], pos, meta, kv, torch.tensor([head - 1], device=device))
+    meta, pos = build_pass([len(ids) - head], [head], [0], device=device)
+    return loaded.model(tokens[head:], pos, meta, kv, torch.arange(len(ids) - head, device=device)).float()
+
+
+def kv_logits_check(model: str, device: str, prompts: list[list[int]]) -> dict:
+    """The FP8 tape against the model dtype's in the model dtype's model; bf16 against fp32 for scale."""
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    loaded = load_model(model, device=device, dtype=dtype, tokenizer=False)
+    rows: dict[str, list[dict]] = {"kv_fp8_vs_model_dtype": []}
+    positions = 0
+    for ids in prompts:
+        exact = tape_logits(loaded, ids, fp8_kv=False)
+        rows["kv_fp8_vs_model_dtype"].append(compare(exact, tape_logits(loaded, ids, fp8_kv=True)))
+        positions += exact.shape[0]
+    return {"prompts": len(prompts), "positions": positions, "model_dtype": str(dtype).removeprefix("torch."),
+            **summarised(rows, positions)}
+
+
+def summarised(per_pair: dict[str, list[dict]], positions: int) -> dict:
+    return {name: {"rel_err_mean": statistics.fmean(r["rel_err"] for r in rows),
+                   "rel_err_max": max(r["rel_err"] for r in rows),
+                   "kl_mean": statistics.fmean(r["kl"] for r in rows), "kl_max": max(r["kl"] for r in rows),
+                   "top1_agree": sum(r["top1_agree"] for r in rows) / positions,
+                   "reference_top1_in_top5": sum(r["top1_in_top5"] for r in rows) / positions}
+            for name, rows in per_pair.items()}
+
+
 def compare(want: torch.Tensor, got: torch.Tensor) -> dict:
     """How close `got` [T, vocab] is to `want` at every position."""
     best = want.argmax(-1)
@@ -64,24 +106,18 @@ def logits_check(model: str, device: str, prompts: list[list[int]]) -> dict:
         for a, b in pairs:
             per_pair[f"{a}_vs_{b}"].append(compare(logits[b], logits[a]))
         positions += len(ids)
-    out = {"prompts": len(prompts), "positions": positions}
-    for name, rows in per_pair.items():
-        out[name] = {"rel_err_mean": statistics.fmean(r["rel_err"] for r in rows),
-                     "rel_err_max": max(r["rel_err"] for r in rows),
-                     "kl_mean": statistics.fmean(r["kl"] for r in rows), "kl_max": max(r["kl"] for r in rows),
-                     "top1_agree": sum(r["top1_agree"] for r in rows) / positions,
-                     "reference_top1_in_top5": sum(r["top1_in_top5"] for r in rows) / positions}
-    return out
+    return {"prompts": len(prompts), "positions": positions, **summarised(per_pair, positions)}
 
 
-def quality_args(args, dtype: str) -> argparse.Namespace:
-    """`telesum bench quality`'s arguments for one dtype, through its own parser (its defaults)."""
+def quality_args(args, variant: str) -> argparse.Namespace:
+    """`telesum bench quality`'s arguments for one variant ('auto' or 'fp8': the weights', or with --kv
+    the KV cache's), through its own parser (its defaults)."""
     parser = argparse.ArgumentParser()
     quality.add_arguments(parser)
     return parser.parse_args(["--n", str(args.n), "--formats", str(args.formats), "--network", str(args.network),
                               "--max-new-tokens", str(args.max_new_tokens), "--model", args.model, "--device",
-                              args.device, "--dtype", dtype, "--output", str(args.out / f"quality_{dtype}.jsonl"),
-                              "--json"])
+                              args.device, "--kv-cache" if args.kv else "--dtype", variant,
+                              "--output", str(args.out / f"quality_{variant}.jsonl"), "--json"])
 
 
 def quality_run(ns: argparse.Namespace) -> tuple[dict, list[dict]]:
@@ -110,7 +146,7 @@ def chart(res: dict, path: Path) -> None:
         for i, v in enumerate(values):
             ax.text(i, v, f"{v:.4g}", ha="center", va="bottom", fontsize=8)
     s = res["summaries"]
-    fig.suptitle(f"FP8 weights on {res['model']} ({res['logits']['positions']} positions): {res['device']}, "
+    fig.suptitle(f"{res.get('question', 'FP8 weights')} on {res['model']} ({res['logits']['positions']} positions): {res['device']}, "
                  f"{res['date']}; summaries identical {s['identical']}/{s['records']}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -127,10 +163,11 @@ def main() -> None:
     ap.add_argument("--formats", type=int, default=20)
     ap.add_argument("--network", type=int, default=24)
     ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--kv", action="store_true", help="check the FP8 KV cache (engine.kv_cache) instead of FP8 weights")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.chart_from:
-        chart(json.loads(args.chart_from.read_text()), args.out / "fp8_check.png")
+        chart(json.loads(args.chart_from.read_text()), args.out / f"{args.chart_from.stem}.png")
         return
     args.model = args.model or str(embedded_model_path())
     started = time.perf_counter()
@@ -138,13 +175,16 @@ def main() -> None:
     res = {"device": device_name, "torch": torch.__version__, "model": Path(args.model).name,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "command": "python bench/fp8_check.py " + " ".join(
-               f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k not in ("out", "chart_from"))
+               f"--{k.replace('_', '-')}" + ("" if isinstance(v, bool) else f" {v}") for k, v in vars(args).items()
+               if k not in ("out", "chart_from") and v is not False)
            + " --out DIR"}
     tok = load_tokenizer(args.model)
     runs = {dtype: quality_args(args, dtype) for dtype in ("auto", "fp8")}
     items = quality.corpus(args.n, seed=runs["auto"].seed, **quality.corpus_sizes(runs["auto"]))  # theirs
     prompts = [prepare(record, tok).prompt.tolist() for record, _, _ in items[:: max(1, len(items) // args.prompts)]]
-    res["logits"] = logits_check(args.model, args.device, prompts[:args.prompts])
+    res["question"] = "FP8 KV cache" if args.kv else "FP8 weights"
+    check = kv_logits_check if args.kv else logits_check
+    res["logits"] = check(args.model, args.device, prompts[:args.prompts])
     print("logits", json.dumps(res["logits"]), flush=True)
     (auto, auto_rows), (fp8, fp8_rows) = quality_run(runs["auto"]), quality_run(runs["fp8"])
     same = [a["summary"] == b["summary"] for a, b in zip(auto_rows, fp8_rows)]
@@ -157,8 +197,9 @@ def main() -> None:
                                                for a, b, m in zip(auto_rows, fp8_rows, same) if not m][:8]}
     res["seconds"] = round(time.perf_counter() - started, 1)
     print("summaries", json.dumps({k: v for k, v in res["summaries"].items() if k != "differing_examples"}))
-    (args.out / "fp8_check.json").write_text(json.dumps(res, indent=2))
-    chart(res, args.out / "fp8_check.png")
+    name = "kv_fp8_check" if args.kv else "fp8_check"
+    (args.out / f"{name}.json").write_text(json.dumps(res, indent=2))
+    chart(res, args.out / f"{name}.png")
 
 
 if __name__ == "__main__":
