@@ -23,17 +23,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import triton
+import triton.language as tl
 from torch import Tensor
 
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # CPU-only installs: the torch path
-    triton = None
+# The FP8 weights' per-row quantisation, applied per token and head: the same scale and codes.
+from worker.model.fp8 import FP8, FP8_MAX, MIN_SCALE, quantize_rows, row_scale, scaled_codes
 
-FP8 = torch.float8_e4m3fn
-FP8_MAX = torch.finfo(FP8).max  # 448
-MIN_SCALE = 1e-12  # an all-zero head keeps a finite scale
 _ALIGN = 16
 
 
@@ -79,9 +75,8 @@ class Fp8Tape:
 
 def quantize_heads(x: Tensor) -> tuple[Tensor, Tensor]:
     """x [..., Hkv, D] -> (codes e4m3 [..., Hkv, D], scale fp32 [..., Hkv]) with x ~= codes * scale."""
-    x32 = x.float()
-    scale = (x32.abs().amax(dim=-1) / FP8_MAX).clamp(min=MIN_SCALE)
-    return (x32 / scale[..., None]).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
+    codes, scale = quantize_rows(x.reshape(-1, x.shape[-1]))
+    return codes.reshape(x.shape), scale.reshape(x.shape[:-1])
 
 
 def pack(codes: Tensor, scale: Tensor, layout: Fp8Layout) -> Tensor:
@@ -104,27 +99,26 @@ def unpack(rows: Tensor, layout: Fp8Layout, dtype: torch.dtype) -> Tensor:
     return (codes * scale[:, :, None]).to(dtype).reshape(*lead, layout.num_kv_heads, layout.head_dim)
 
 
-if triton is not None:
-    @triton.jit
-    def _write_kernel(k_ptr, v_ptr, rows_ptr, k_tape_ptr, v_tape_ptr, stride_kt, stride_kh, stride_vt, stride_vh,
-                      row_bytes, HEADS: tl.constexpr, HEADS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
-                      FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr):
-        token = tl.program_id(0).to(tl.int64)
-        if tl.program_id(1) == 0:
-            src, tape, stride_t, stride_h = k_ptr, k_tape_ptr, stride_kt, stride_kh
-        else:
-            src, tape, stride_t, stride_h = v_ptr, v_tape_ptr, stride_vt, stride_vh
-        heads = tl.arange(0, HEADS_PAD)
-        dims = tl.arange(0, HEAD_DIM)
-        ok = heads < HEADS
-        x = tl.load(src + token * stride_t + heads[:, None] * stride_h + dims[None, :], mask=ok[:, None],
-                    other=0.0).to(tl.float32)  # [Hkv, D]
-        scale = tl.maximum(tl.max(tl.abs(x), axis=1) / FP8_MAX, MIN_SCALE)  # [Hkv]
-        codes = tl.clamp(x / scale[:, None], -FP8_MAX, FP8_MAX).to(tl.float8e4nv)
-        row = tape + tl.load(rows_ptr + token) * row_bytes
-        tl.store(row.to(tl.pointer_type(tl.float8e4nv)) + heads[:, None] * HEAD_DIM + dims[None, :], codes,
-                 mask=ok[:, None])
-        tl.store((row + HEADS * HEAD_DIM).to(tl.pointer_type(tl.float32)) + heads, scale, mask=ok)
+@triton.jit
+def _write_kernel(k_ptr, v_ptr, rows_ptr, k_tape_ptr, v_tape_ptr, stride_kt, stride_kh, stride_vt, stride_vh,
+                  row_bytes, HEADS: tl.constexpr, HEADS_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
+                  FP8_MAX: tl.constexpr, MIN_SCALE: tl.constexpr):
+    token = tl.program_id(0).to(tl.int64)
+    if tl.program_id(1) == 0:
+        src, tape, stride_t, stride_h = k_ptr, k_tape_ptr, stride_kt, stride_kh
+    else:
+        src, tape, stride_t, stride_h = v_ptr, v_tape_ptr, stride_vt, stride_vh
+    heads = tl.arange(0, HEADS_PAD)
+    dims = tl.arange(0, HEAD_DIM)
+    ok = heads < HEADS
+    x = tl.load(src + token * stride_t + heads[:, None] * stride_h + dims[None, :], mask=ok[:, None],
+                other=0.0).to(tl.float32)  # [Hkv, D]
+    scale = row_scale(tl.max(tl.abs(x), axis=1), FP8_MAX, MIN_SCALE)  # [Hkv]
+    codes = scaled_codes(x, scale[:, None], FP8_MAX).to(tl.float8e4nv)
+    row = tape + tl.load(rows_ptr + token) * row_bytes
+    tl.store(row.to(tl.pointer_type(tl.float8e4nv)) + heads[:, None] * HEAD_DIM + dims[None, :], codes,
+             mask=ok[:, None])
+    tl.store((row + HEADS * HEAD_DIM).to(tl.pointer_type(tl.float32)) + heads, scale, mask=ok)
 
 
 def write(k_full: Tensor, v_full: Tensor, rows: Tensor, k: Tensor, v: Tensor, layout: Fp8Layout) -> None:
@@ -133,7 +127,7 @@ def write(k_full: Tensor, v_full: Tensor, rows: Tensor, k: Tensor, v: Tensor, la
     tokens = k.shape[0]
     if not tokens:
         return
-    if k.is_cuda and triton is not None and k.stride(-1) == 1 and v.stride(-1) == 1:
+    if k.is_cuda and k.stride(-1) == 1 and v.stride(-1) == 1:
         _write_kernel[(tokens, 2)](k, v, rows, k_full, v_full, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
                                    layout.row_bytes, HEADS=layout.num_kv_heads,
                                    HEADS_PAD=triton.next_power_of_2(layout.num_kv_heads),
