@@ -46,6 +46,22 @@ def load_kv(tape_ptr, tape_rows, kv_head, dims, ok, stride_r, stride_h, scale_of
 
 
 @triton.jit
+def softmax_step(q, k, k_scale, v, v_scale, visible, scale_log2, m, denom, acc):
+    """One key block of the online softmax: (m, denom, acc) after the keys `visible` [M, N] marks, for
+    queries q [M, D] and keys k, v [N, D] with their scales [N] (1.0 for a tape in the model dtype),
+    applied to the scores (K) and to the probabilities (V). Scores in log2 units."""
+    s = tl.dot(q, tl.trans(k.to(q.dtype))) * (k_scale * scale_log2)[None, :]  # [M, N]
+    s = tl.where(visible, s, float("-inf"))
+    m_new = tl.maximum(m, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing visible yet (or a pad row)
+    p = tl.exp2(s - m_safe[:, None])
+    alpha = tl.exp2(m - m_safe)
+    denom = denom * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot((p * v_scale[None, :]).to(q.dtype), v.to(q.dtype))
+    return m_new, denom, acc
+
+
+@triton.jit
 def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, starts_ptr, used_ptr, head_starts_ptr, head_lens_ptr, scale_log2,
                    stride_qb, stride_qh, stride_kr, stride_kh, stride_vr, stride_vh, stride_ob, stride_oh,
                    scale_offset, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
@@ -70,14 +86,7 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, starts_ptr, used_ptr, head_starts
         tape_rows = tl.where(cols < head_len, head_start + cols, start + cols)
         k, k_scale = load_kv(k_ptr, tape_rows, kv_head, dims, col_ok, stride_kr, stride_kh, scale_offset, FP8)
         v, v_scale = load_kv(v_ptr, tape_rows, kv_head, dims, col_ok, stride_vr, stride_vh, scale_offset, FP8)
-        s = tl.dot(q, tl.trans(k.to(q.dtype))) * (k_scale * scale_log2)[None, :]  # [G, N], in log2 units
-        s = tl.where(col_ok[None, :], s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, 1))
-        p = tl.exp2(s - m_new[:, None])
-        alpha = tl.exp2(m - m_new)
-        denom = denom * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot((p * v_scale[None, :]).to(q.dtype), v.to(q.dtype))
-        m = m_new
+        m, denom, acc = softmax_step(q, k, k_scale, v, v_scale, col_ok[None, :], scale_log2, m, denom, acc)
     out = acc / denom[:, None]
     tl.store(o_ptr + seq * stride_ob + (kv_head * GROUP + rows)[:, None] * stride_oh + dims[None, :],
              out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])

@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from worker.model.decode_attention import load_kv, scale_offset_of, tape_args
+from worker.model.decode_attention import load_kv, scale_offset_of, softmax_step, tape_args
 from worker.model.kv_fp8 import Fp8Tape
 
 _LOG2E = 1.4426950408889634
@@ -55,16 +55,8 @@ def _tape_prefill_kernel(q_ptr, k_ptr, v_ptr, o_ptr, cu_q_ptr, starts_ptr, used_
         col_ok = cols < used
         k, k_scale = load_kv(k_ptr, start + cols, kv_head, dims, col_ok, stride_kr, stride_kh, scale_offset, FP8)
         v, v_scale = load_kv(v_ptr, start + cols, kv_head, dims, col_ok, stride_vr, stride_vh, scale_offset, FP8)
-        s = tl.dot(q, tl.trans(k.to(q.dtype))) * (k_scale * scale_log2)[None, :]  # [M, N], log2 units
         visible = col_ok[None, :] & (cols[None, :] <= last_visible[:, None])
-        s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing visible yet (or a pad row)
-        p = tl.exp2(s - m_safe[:, None])
-        alpha = tl.exp2(m - m_safe)
-        denom = denom * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot((p * v_scale[None, :]).to(q.dtype), v.to(q.dtype))
-        m = m_new
+        m, denom, acc = softmax_step(q, k, k_scale, v, v_scale, visible, scale_log2, m, denom, acc)
     out = acc / tl.where(denom == 0.0, 1.0, denom)[:, None]
     tl.store(o_ptr + (q_lo + offs)[:, None] * stride_ot + head * stride_oh + dims[None, :],
              out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
