@@ -1,6 +1,7 @@
 """The FP8 KV tape's kernels against the model dtype's, on one GPU: a decode step, a prefill over the tape, a write.
 
     python bench/kv_fp8.py --out DIR [--batch 1024] [--context 1100]
+    python bench/kv_fp8.py --out DIR --sweep  # the decode kernel's launch choices (DecodeConfig): DIR/kv_fp8_sweep.json
 
 Per shape (SmolLM2-135M's and Qwen2.5-7B's KV heads): one layer's decode attention of `batch`
 sequences of `context` rows each (bf16 tape: the Triton decode kernel; FP8: the same kernel reading
@@ -13,6 +14,7 @@ that makes. Writes DIR/kv_fp8.json and DIR/kv_fp8.png.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -22,6 +24,8 @@ from pathlib import Path
 import torch
 
 from worker.model.attention import AttentionMetadata, build_pass, tape_attention
+from worker.model.decode_attention import DecodeConfig, decode_attention
+from worker.model.fp8 import FP8
 from worker.model.kv_fp8 import Fp8Layout, Fp8Tape, pack, quantize_heads, write
 
 SHAPES = {"smollm2": (9, 3, 64), "qwen7b": (28, 4, 128)}  # query heads, KV heads, head size
@@ -105,8 +109,43 @@ def write_case(kv_heads: int, dim: int, tokens: int = 16384) -> dict:
         bf16[1].index_copy_(0, rows, v)
 
     out = {"bf16_index_copy_ms": timed(copy_bf16), "fp8_write_ms": timed(lambda: write(*fp8, rows, k, v, layout))}
-    out["fp8_bit_equal_to_reference"] = bool(torch.equal(fp8[0][rows], pack(*quantize_heads(k), layout)))
+    got, want = fp8[0][rows], pack(*quantize_heads(k), layout)
+    out["fp8_bit_equal_to_reference"] = bool(torch.equal(got, want))
+    codes = slice(0, layout.scale_offset)
+    differ = got[:, codes] != want[:, codes]
+    out["fp8_codes_differing"] = int(differ.sum())
+    out["fp8_codes_total"] = differ.numel()
+    out["fp8_scales_equal"] = bool(torch.equal(got[:, layout.scale_offset:], want[:, layout.scale_offset:]))
+    if out["fp8_codes_differing"]:  # how far apart, in the values the codes stand for
+        a, b = (t[:, codes].contiguous().view(FP8).float() for t in (got, want))
+        out["fp8_codes_max_rel_step"] = float(((a - b).abs() / b.abs().clamp(min=2 ** -9))[differ].max())
     return out
+
+
+def sweep_case(heads: int, kv_heads: int, dim: int, batch: int, context: int) -> list[dict]:
+    """The decode kernel's launch choices over both tapes: ms and the rate of the bytes it reads."""
+    rows = batch * context
+    (k, v), (k8, v8) = tapes(rows, kv_heads, dim)
+    starts = torch.arange(batch, device="cuda", dtype=torch.int32) * context
+    used = torch.full((batch,), context, device="cuda", dtype=torch.int32)
+    q = torch.randn(batch, heads, dim, device="cuda", dtype=torch.bfloat16)
+    ref = decode_attention(q, k8.dequantized(slice(None), torch.bfloat16), v8.dequantized(slice(None), torch.bfloat16),
+                           starts, used, dim ** -0.5).float()
+    results = []
+    for tape, (kt, vt), row_bytes in (("bf16", (k, v), 4 * kv_heads * dim), ("fp8", (k8, v8), 2 * k8.layout.row_bytes)):
+        for config in itertools.product((32, 64, 128), (4, 8), (2, 3), (False, True) if tape == "fp8" else (False,)):
+            cfg = DecodeConfig(*config)
+            try:
+                ms = timed(lambda: decode_attention(q, kt, vt, starts, used, dim ** -0.5, config=cfg))
+            except Exception as e:  # a choice the compiler refuses (shared memory): recorded, not fatal
+                results.append({"tape": tape, **vars(cfg), "error": str(e)[:200]})
+                continue
+            got = decode_attention(q, kt, vt, starts, used, dim ** -0.5, config=cfg).float()
+            results.append({"tape": tape, **vars(cfg), "ms": ms, "tb_per_s": rows * row_bytes / ms / 1e9,
+                            "rel_err_vs_dequantised": float((got - ref).norm() / ref.norm())})
+    del k, v, k8, v8
+    torch.cuda.empty_cache()
+    return results
 
 
 def chart(res: dict, path: Path) -> None:
@@ -135,6 +174,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--batch", type=int, default=1024)
     ap.add_argument("--context", type=int, default=1100)
+    ap.add_argument("--sweep", action="store_true", help="the decode kernel's launch choices instead")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench/kv_fp8.py measures GPU kernels: no CUDA device here")
@@ -142,6 +182,16 @@ def main() -> None:
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "batch": args.batch, "context": args.context,
            "command": "python bench/kv_fp8.py " + " ".join(sys.argv[1:]), "shapes": {}}
+    if args.sweep:
+        for shape, (heads, kv_heads, dim) in SHAPES.items():
+            res["shapes"][shape] = sweep_case(heads, kv_heads, dim, args.batch, args.context)
+            for tape in ("bf16", "fp8"):
+                timed_ = [r for r in res["shapes"][shape] if r["tape"] == tape and "ms" in r]
+                print(shape, tape, "default", [r["ms"] for r in timed_ if DecodeConfig(*[r[f] for f in
+                      ("block_n", "num_warps", "num_stages", "dot_fp16")]) == DecodeConfig()],
+                      "best", min(timed_, key=lambda r: r["ms"]), flush=True)
+        (args.out / "kv_fp8_sweep.json").write_text(json.dumps(res, indent=1))
+        return
     for shape, (heads, kv_heads, dim) in SHAPES.items():
         res["shapes"][shape] = {"decode": decode_case(heads, kv_heads, dim, args.batch, args.context),
                                 "prefill": prefill_case(heads, kv_heads, dim), "write": write_case(kv_heads, dim)}
