@@ -1,6 +1,6 @@
 """Where one engine step's time goes on the GPU host: host (Python, launches) against device (kernels).
 
-    python bench/gpu_step_profile.py --out DIR --tokenizer TOK [--shape smollm2] [--records 3000]
+    python bench/gpu_step_profile.py --out DIR --tokenizer TOK [--shape smollm2] [--dtype fp8] [--records 3000]
 
 The Summarizer exactly as `telesum worker` builds it (probed budgets, prefix reuse, production
 sampling, 64 new tokens, EOS off, random bf16 weights, the real SmolLM2 tokenizer). Two phases:
@@ -117,9 +117,10 @@ def main() -> None:
     ap.add_argument("--tokenizer", type=Path, required=True)
     ap.add_argument("--shape", default="smollm2")
     ap.add_argument("--records", type=int, default=3000)
+    ap.add_argument("--dtype", default="bfloat16", help="bfloat16, or fp8 (the projections as engine.dtype: fp8)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    loaded = build_loaded(args.shape, load_tokenizer(args.tokenizer))
+    loaded = build_loaded(args.shape, load_tokenizer(args.tokenizer), args.dtype)
     records = records_for("short", args.records)
     summarizer = worker_summarizer(loaded, default_sampling(NEW_TOKENS))
     summarizer.step_trace = StepTrace()
@@ -127,7 +128,7 @@ def main() -> None:
     summarizer.start()
     list(summarizer.results_in_order(records[:300]))  # compile, capture graphs, start the pool
     res = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "shape": args.shape, "command": "python bench/gpu_step_profile.py " + " ".join(sys.argv[1:]),
+           "shape": args.shape, "dtype": args.dtype, "command": "python bench/gpu_step_profile.py " + " ".join(sys.argv[1:]),
            "budgets": summarizer.worker_budgets}
     res["single"] = single_phase(summarizer, records[300:], args.out)
     print("single", json.dumps(res["single"]), flush=True)
