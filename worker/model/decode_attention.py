@@ -34,15 +34,13 @@ _LOG2E = 1.4426950408889634
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    """The kernel's launch choices. For FP8 tapes only: dot_fp16, the dots in fp16 instead of the model's
+    """The kernel's launch choices. dot_fp16 (FP8 tapes only): the dots in fp16 instead of the model's
     bf16 (the query rounded to fp16; e4m3 codes convert to fp16 in one instruction, and fp16 keeps more
-    of the query's bits than bf16); qk_fp8, the query quantised per head to e4m3 so that the scores'
-    dot multiplies codes by codes (no conversion of K), the probabilities' dot in fp16."""
+    of the query's bits than bf16)."""
     block_n: int = 64
     num_warps: int = 4
     num_stages: int = 2
     dot_fp16: bool = False
-    qk_fp8: bool = False
 
 
 DEFAULT_CONFIG = DecodeConfig()
@@ -64,23 +62,18 @@ def load_kv(tape_ptr, tape_rows, kv_head, dims, ok, stride_r, stride_h, scale_of
 
 
 @triton.jit
-def softmax_step(q, q_scale, k, k_scale, v, v_scale, visible, scale_log2, m, denom, acc):
+def softmax_step(q, k, k_scale, v, v_scale, visible, scale_log2, m, denom, acc):
     """One key block of the online softmax: (m, denom, acc) after the keys `visible` [M, N] marks, for
-    queries q [M, D] and keys k, v [N, D] with their scales (q_scale [M], k_scale and v_scale [N]; 1.0
-    for values in the model dtype), applied to the scores (Q, K) and to the probabilities (V). Scores in
-    log2 units. FP8 queries: the scores' dot multiplies codes, the probabilities' dot runs in fp16."""
-    s = tl.dot(q, tl.trans(k.to(q.dtype))) * (k_scale * scale_log2)[None, :] * q_scale[:, None]  # [M, N]
+    queries q [M, D] and keys k, v [N, D] with their scales [N] (1.0 for a tape in the model dtype),
+    applied to the scores (K) and to the probabilities (V). Scores in log2 units."""
+    s = tl.dot(q, tl.trans(k.to(q.dtype))) * (k_scale * scale_log2)[None, :]  # [M, N]
     s = tl.where(visible, s, float("-inf"))
     m_new = tl.maximum(m, tl.max(s, 1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing visible yet (or a pad row)
     p = tl.exp2(s - m_safe[:, None])
     alpha = tl.exp2(m - m_safe)
     denom = denom * alpha + tl.sum(p, 1)
-    if q.dtype.is_fp8():
-        pv = tl.dot((p * v_scale[None, :]).to(tl.float16), v.to(tl.float16))
-    else:
-        pv = tl.dot((p * v_scale[None, :]).to(q.dtype), v.to(q.dtype))
-    acc = acc * alpha[:, None] + pv
+    acc = acc * alpha[:, None] + tl.dot((p * v_scale[None, :]).to(q.dtype), v.to(q.dtype))
     return m_new, denom, acc
 
 
@@ -88,7 +81,7 @@ def softmax_step(q, q_scale, k, k_scale, v, v_scale, visible, scale_log2, m, den
 def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, starts_ptr, used_ptr, head_starts_ptr, head_lens_ptr, scale_log2,
                    stride_qb, stride_qh, stride_kr, stride_kh, stride_vr, stride_vh, stride_ob, stride_oh,
                    scale_offset, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
-                   BLOCK_N: tl.constexpr, FP8: tl.constexpr, DOT_FP16: tl.constexpr, QK_FP8: tl.constexpr):
+                   BLOCK_N: tl.constexpr, FP8: tl.constexpr, DOT_FP16: tl.constexpr):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     start = tl.load(starts_ptr + seq).to(tl.int64)
@@ -100,12 +93,7 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, starts_ptr, used_ptr, head_starts
     row_ok = rows < GROUP
     q = tl.load(q_ptr + seq * stride_qb + (kv_head * GROUP + rows)[:, None] * stride_qh + dims[None, :],
                 mask=row_ok[:, None], other=0.0)  # [G, D]
-    q_scale = tl.full([GROUP_PAD], 1.0, tl.float32)
-    if FP8 and QK_FP8:  # e4m3 codes, one scale per query head (the largest magnitude to 448)
-        q32 = q.to(tl.float32)
-        q_scale = tl.maximum(tl.max(tl.abs(q32), 1) / 448.0, 1e-12)
-        q = (q32 / q_scale[:, None]).to(tl.float8e4nv)
-    elif FP8 and DOT_FP16:
+    if FP8 and DOT_FP16:
         q = q.to(tl.float16)  # softmax_step's dots take q's dtype
     m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     denom = tl.zeros([GROUP_PAD], tl.float32)
@@ -116,7 +104,7 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, starts_ptr, used_ptr, head_starts
         tape_rows = tl.where(cols < head_len, head_start + cols, start + cols)
         k, k_scale = load_kv(k_ptr, tape_rows, kv_head, dims, col_ok, stride_kr, stride_kh, scale_offset, FP8)
         v, v_scale = load_kv(v_ptr, tape_rows, kv_head, dims, col_ok, stride_vr, stride_vh, scale_offset, FP8)
-        m, denom, acc = softmax_step(q, q_scale, k, k_scale, v, v_scale, col_ok[None, :], scale_log2, m, denom, acc)
+        m, denom, acc = softmax_step(q, k, k_scale, v, v_scale, col_ok[None, :], scale_log2, m, denom, acc)
     out = acc / denom[:, None]
     tl.store(o_ptr + seq * stride_ob + (kv_head * GROUP + rows)[:, None] * stride_oh + dims[None, :],
              out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
@@ -147,7 +135,7 @@ def decode_attention(q: torch.Tensor,          # [B, H, D]
         q, k, v, out, slab_starts, seqused_k, head_starts, head_lens, scale * _LOG2E,
         q.stride(0), q.stride(1), *k_strides, *v_strides, out.stride(0), out.stride(1), scale_offset,
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, BLOCK_N=config.block_n,
-        FP8=isinstance(k_tape, Fp8Tape), DOT_FP16=config.dot_fp16, QK_FP8=config.qk_fp8, num_warps=config.num_warps,
+        FP8=isinstance(k_tape, Fp8Tape), DOT_FP16=config.dot_fp16, num_warps=config.num_warps,
         num_stages=config.num_stages)
     return out
 

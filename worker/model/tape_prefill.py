@@ -48,7 +48,6 @@ def _tape_prefill_kernel(q_ptr, k_ptr, v_ptr, o_ptr, cu_q_ptr, starts_ptr, used_
     hi = tl.minimum(used, (m_block + 1) * BLOCK_M + used - span)
     hi = tl.where(m_block * BLOCK_M < span, hi, 0)
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    q_scale = tl.full([BLOCK_M], 1.0, tl.float32)
     denom = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     for n0 in range(0, hi, BLOCK_N):
@@ -57,7 +56,7 @@ def _tape_prefill_kernel(q_ptr, k_ptr, v_ptr, o_ptr, cu_q_ptr, starts_ptr, used_
         k, k_scale = load_kv(k_ptr, start + cols, kv_head, dims, col_ok, stride_kr, stride_kh, scale_offset, FP8)
         v, v_scale = load_kv(v_ptr, start + cols, kv_head, dims, col_ok, stride_vr, stride_vh, scale_offset, FP8)
         visible = col_ok[None, :] & (cols[None, :] <= last_visible[:, None])
-        m, denom, acc = softmax_step(q, q_scale, k, k_scale, v, v_scale, visible, scale_log2, m, denom, acc)
+        m, denom, acc = softmax_step(q, k, k_scale, v, v_scale, visible, scale_log2, m, denom, acc)
     out = acc / tl.where(denom == 0.0, 1.0, denom)[:, None]
     tl.store(o_ptr + (q_lo + offs)[:, None] * stride_ot + head * stride_oh + dims[None, :],
              out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
