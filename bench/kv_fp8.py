@@ -1,7 +1,8 @@
 """The FP8 KV tape's kernels against the model dtype's, on one GPU: a decode step, a prefill over the tape, a write.
 
     python bench/kv_fp8.py --out DIR [--batch 1024] [--context 1100]
-    python bench/kv_fp8.py --out DIR --sweep  # the decode kernel's launch choices (DecodeConfig): DIR/kv_fp8_sweep.json
+    python bench/kv_fp8.py --out DIR --sweep  # the decode kernel's launch choices (DecodeConfig): DIR/kv_fp8_sweep.json, .png
+    python bench/kv_fp8.py --out DIR --chart-from FILE.json  # DIR/FILE.png, from either kind of result
 
 Per shape (SmolLM2-135M's and Qwen2.5-7B's KV heads): one layer's decode attention of `batch`
 sequences of `context` rows each (bf16 tape: the Triton decode kernel; FP8: the same kernel reading
@@ -169,13 +170,43 @@ def chart(res: dict, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def sweep_chart(res: dict, path: Path) -> None:
+    """Each launch choice's decode step, per shape: bf16 tapes against FP8 ones (the FP8 kernel's own
+    variants, where a result has them, marked)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(res["shapes"]), figsize=(12, 4.5))
+    for ax, (shape, rows) in zip(axes, res["shapes"].items()):
+        rows = sorted((r for r in rows if "ms" in r), key=lambda r: (r["tape"], r["ms"]))
+        variants = [k for k in ("dot_fp16", "qk_fp8") if any(r.get(k) for r in rows)]
+        labels = [f"{r['tape']} {r['block_n']}/{r['num_warps']}/{r['num_stages']}"
+                  + "".join(f" {v}" for v in variants if r.get(v)) for r in rows]
+        colours = ["tab:blue" if r["tape"] == "bf16" else "tab:orange" for r in rows]
+        ax.barh(range(len(rows)), [r["ms"] for r in rows], color=colours)
+        ax.set_yticks(range(len(rows)), labels, fontsize=5)
+        ax.invert_yaxis()
+        ax.set_xlabel("ms, one layer's decode step")
+        ax.set_title(f"{shape}: {res['batch']} x {res['context']} rows (block_n/warps/stages)", fontsize=9)
+    fig.suptitle(f"decode kernel launch choices: {res['device']}, {res['date']}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--batch", type=int, default=1024)
     ap.add_argument("--context", type=int, default=1100)
     ap.add_argument("--sweep", action="store_true", help="the decode kernel's launch choices instead")
+    ap.add_argument("--chart-from", type=Path, help="draw the chart of this result file (either kind), run nothing")
     args = ap.parse_args()
+    if args.chart_from:
+        res = json.loads(args.chart_from.read_text())
+        swept = isinstance(next(iter(res["shapes"].values())), list)
+        (sweep_chart if swept else chart)(res, args.out / args.chart_from.with_suffix(".png").name)
+        return
     if not torch.cuda.is_available():
         sys.exit("bench/kv_fp8.py measures GPU kernels: no CUDA device here")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -191,6 +222,7 @@ def main() -> None:
                       ("block_n", "num_warps", "num_stages")]) == DecodeConfig()],
                       "best", min(timed_, key=lambda r: r["ms"]), flush=True)
         (args.out / "kv_fp8_sweep.json").write_text(json.dumps(res, indent=1))
+        sweep_chart(res, args.out / "kv_fp8_sweep.png")
         return
     for shape, (heads, kv_heads, dim) in SHAPES.items():
         res["shapes"][shape] = {"decode": decode_case(heads, kv_heads, dim, args.batch, args.context),
