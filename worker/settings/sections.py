@@ -41,8 +41,9 @@ class EngineSettings(MaskedRepr, msgspec.Struct, **_Struct):
                          "(per-row weight and per-token activation scales; Ada/Hopper GPUs)")] = "auto"
     kv_cache: Annotated[Literal["auto", "fp8"], opt(
         "TELESUM_KV_CACHE", "'auto' (K/V in the model's dtype) or 'fp8': K/V stored as e4m3 with one scale per "
-                            "token and head, half the bytes each decode step reads and twice the sequences the "
-                            "arena holds (Ada/Hopper GPUs, or CPU for checks)")] = "auto"
+                            "token and head: twice the sequences the arena holds, for long records or many at "
+                            "once; not faster (measured on an H100, docs/engine.md) (Ada/Hopper GPUs, or CPU "
+                            "for checks)")] = "auto"
     token_budget: Annotated[PositiveInt | None, opt("TELESUM_TOKEN_BUDGET",
                                                     "tokens per packed prefill bin (auto: probe, else "
                                                     f"{GPU_TOKEN_BUDGET} on a GPU, {CPU_TOKEN_BUDGET} on CPU)")] = None
