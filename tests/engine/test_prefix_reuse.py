@@ -186,3 +186,21 @@ def test_prefix_reuse_head_too_big_for_the_cache_never_serialises_the_burst(tiny
     assert len(bins) <= 3 and sum(bins) == 12
     assert [s.output for s in seqs] == [reference_greedy(tiny_model, p, 4) for p in prompts]
     assert engine.prefix.cache.num_pinned_blocks == 0
+
+
+def test_step_trace_counts_the_tokens_computed_not_those_the_cache_served(tiny_model):
+    from worker.engine.step_trace import StepTrace
+
+    rng = random.Random(6)
+    heads = [[rng.randrange(3, 256) for _ in range(40)]]
+    prompts = _prompts_with_heads(9, heads, seed=7)
+    engine = make_engine(tiny_model, token_budget=64, prefix_blocks=64)
+    trace = StepTrace()
+    engine.step_observers.append(trace.observe)
+    seqs = _run(engine, prompts, max_new=4, waves=3)
+    summary = trace.summary()
+    served = sum(s.prefix_len for s in seqs)
+    assert served > 0  # later waves found the head cached
+    assert summary["prefill"]["tokens_total"] == sum(s.prompt_len for s in seqs) - served
+    # every sequence's 3 tokens after the first (which the prefill samples) are decode rows
+    assert summary["decode"]["tokens_total"] == sum(len(s.output) - 1 for s in seqs) == 3 * len(seqs)

@@ -16,6 +16,11 @@ class PrefillBin:
     seqs: list[Sequence]
     is_part: bool = False  # a part of a larger bin cut to keep steps short
 
+    @property
+    def prompt_tokens(self) -> int:
+        """Prompt tokens the prefill computes (a head the prefix cache served is not among them)."""
+        return sum(s.prompt_len - s.prefix_len for s in self.seqs)
+
 
 @dataclass
 class PrefillChunk:

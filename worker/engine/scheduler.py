@@ -35,11 +35,6 @@ MIN_OOM_CHUNK = 256
 BinSplitter = Callable[[Any, list[Sequence], int], tuple[Any, Any]]
 
 
-def _prompt_tokens(work: PrefillBin) -> int:
-    """Prompt tokens a bin's prefill computes (a cached head is not among them)."""
-    return sum(s.prompt_len - s.prefix_len for s in work.seqs)
-
-
 class Scheduler:
     """Queues of waiting bins, long inputs and active sequences; owns slab admission. Engine thread only."""
 
@@ -127,7 +122,7 @@ class Scheduler:
         if isinstance(plan, MixedStep):
             plan = plan.prefill
         if isinstance(plan, PrefillBin):
-            self.pacer.prefilled(seconds, _prompt_tokens(plan))
+            self.pacer.prefilled(seconds, plan.prompt_tokens)
         elif isinstance(plan, Decode):
             self.pacer.decoded(seconds)
         elif isinstance(plan, PrefillChunk):
@@ -167,7 +162,7 @@ class Scheduler:
             return False
         if work.is_part:
             return self._last_was_part
-        return self.pacer.small_bin_waits(_prompt_tokens(work), self.chunk_tokens)
+        return self.pacer.small_bin_waits(work.prompt_tokens, self.chunk_tokens)
 
     def _decode_has_room(self, num_seqs: int) -> bool:
         active = len(self.decoding) + (self.prefilling is not None)
