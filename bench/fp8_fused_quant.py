@@ -10,7 +10,8 @@ of T tokens in sequences of `--seq-len`. The forward is timed with `fp8.set_fuse
 quantises it on the call), the two alternated rep by rep, CUDA events around each forward, the median
 kept. Beside it the ops alone: add_rms_norm then quantize_tokens against add_rms_norm_fp8, silu_mul
 then quantize_tokens against silu_mul_fp8. Writes DIR/fp8_fused_quant.json (device, torch, date, the
-command, per T: ms fused, ms unfused, their ratio, whether the logits are bitwise equal) and
+command, per T: ms fused, ms unfused, their ratio, whether the logits are bitwise equal, their
+largest difference, and whether two unfused forwards are equal: a baseline for the comparison) and
 DIR/fp8_fused_quant.png.
 """
 
@@ -83,11 +84,15 @@ def forward_rows(cfg: ModelConfig, token_counts: list[int], seq_len: int, reps: 
             return loaded.model(ids, pos, meta, kv, last)
         variants = {"fused": with_fused(True, run), "unfused": with_fused(False, run)}
         logits = {name: fn() for name, fn in variants.items()}
+        again = variants["unfused"]()  # a run-to-run baseline: is the forward itself deterministic at this T?
         row = alternated(variants, reps, warmup=3)
         out[str(tokens)] = {"sequences": len(lens), "ms_fused": row["fused"]["ms"], "ms_unfused": row["unfused"]["ms"],
                             "ratio": row["fused"]["ms"] / row["unfused"]["ms"],
                             "saved_ms_per_layer": (row["unfused"]["ms"] - row["fused"]["ms"]) / cfg.num_layers,
-                            "spread": row, "logits_equal": bool(torch.equal(logits["fused"], logits["unfused"]))}
+                            "spread": row, "logits_equal": bool(torch.equal(logits["fused"], logits["unfused"])),
+                            "logits_max_rel_diff": float((logits["fused"].float() - logits["unfused"].float()).abs().max()
+                                                         / logits["unfused"].float().abs().max()),
+                            "unfused_twice_equal": bool(torch.equal(again, logits["unfused"]))}
         del kv
     fp8.set_fused_quantisation(True)
     return out
@@ -179,7 +184,7 @@ def main() -> int:
     chart(res, args.out / "fp8_fused_quant.png")
     for t, row in res["forward"].items():
         print(f"T={t}: fused {row['ms_fused']:.3f} ms, unfused {row['ms_unfused']:.3f} ms, ratio {row['ratio']:.3f}, "
-              f"logits equal {row['logits_equal']}; ops {json.dumps(res['ops'][t])}")
+              f"logits equal {row['logits_equal']} (max rel. diff {row['logits_max_rel_diff']:.2g}; unfused twice equal {row['unfused_twice_equal']}); ops {json.dumps(res['ops'][t])}")
     return 0
 
 
