@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from worker.model.attention import AttentionMetadata, build_pass, tape_attention
-from worker.model.decode_attention import DecodeConfig, decode_attention
+from worker.model.decode_attention import DEFAULT_CONFIG, DecodeConfig, decode_attention
 from worker.model.fp8 import FP8
 from worker.model.kv_fp8 import Fp8Layout, Fp8Tape, pack, quantize_heads, write
 
@@ -56,20 +56,30 @@ def tapes(rows: int, kv_heads: int, dim: int):
     return (k, v), (k8, v8)
 
 
+def decode_step(heads: int, dim: int, batch: int, context: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q [batch, heads, dim], slab starts, rows used): one query per sequence over `context` rows each."""
+    starts = torch.arange(batch, device="cuda", dtype=torch.int32) * context
+    used = torch.full((batch,), context, device="cuda", dtype=torch.int32)
+    return torch.randn(batch, heads, dim, device="cuda", dtype=torch.bfloat16), starts, used
+
+
+def bytes_per_row(tape: str, kv_heads: int, dim: int, layout: Fp8Layout) -> int:
+    """What a decode step reads of one row and layer, K and V."""
+    return 2 * kv_heads * dim * 2 if tape == "bf16" else 2 * layout.row_bytes
+
+
 def decode_case(heads: int, kv_heads: int, dim: int, batch: int, context: int) -> dict:
     rows = batch * context
     (k, v), (k8, v8) = tapes(rows, kv_heads, dim)
-    starts = torch.arange(batch, device="cuda", dtype=torch.int32) * context
-    used = torch.full((batch,), context, device="cuda", dtype=torch.int32)
+    q, starts, used = decode_step(heads, dim, batch, context)
     meta = AttentionMetadata(cu_seqlens_q=torch.arange(batch + 1, device="cuda", dtype=torch.int32), max_seqlen_q=1,
                              slab_starts=starts, seqused_k=used, max_seqlen_k=context,
                              slot_mapping=torch.zeros(batch, device="cuda", dtype=torch.long),
                              is_prefill_from_zero=False)
-    q = torch.randn(batch, heads, dim, device="cuda", dtype=torch.bfloat16)
     out = {}
     for name, (kt, vt) in (("bf16", (k, v)), ("fp8", (k8, v8))):
         ms = timed(lambda: tape_attention(q, kt, vt, meta, dim ** -0.5))
-        row_bytes = 2 * kv_heads * dim * 2 if name == "bf16" else 2 * k8.layout.row_bytes
+        row_bytes = bytes_per_row(name, kv_heads, dim, k8.layout)
         out[name] = {"ms": ms, "bytes_read": rows * row_bytes, "tb_per_s": rows * row_bytes / ms / 1e9}
     ref = tape_attention(q, k8.dequantized(slice(None), torch.bfloat16), v8.dequantized(slice(None), torch.bfloat16),
                          meta, dim ** -0.5)
@@ -127,13 +137,12 @@ def sweep_case(heads: int, kv_heads: int, dim: int, batch: int, context: int) ->
     """The decode kernel's launch choices over both tapes: ms and the rate of the bytes it reads."""
     rows = batch * context
     (k, v), (k8, v8) = tapes(rows, kv_heads, dim)
-    starts = torch.arange(batch, device="cuda", dtype=torch.int32) * context
-    used = torch.full((batch,), context, device="cuda", dtype=torch.int32)
-    q = torch.randn(batch, heads, dim, device="cuda", dtype=torch.bfloat16)
+    q, starts, used = decode_step(heads, dim, batch, context)
     ref = decode_attention(q, k8.dequantized(slice(None), torch.bfloat16), v8.dequantized(slice(None), torch.bfloat16),
                            starts, used, dim ** -0.5).float()
     results = []
-    for tape, (kt, vt), row_bytes in (("bf16", (k, v), 4 * kv_heads * dim), ("fp8", (k8, v8), 2 * k8.layout.row_bytes)):
+    for tape, (kt, vt) in (("bf16", (k, v)), ("fp8", (k8, v8))):
+        row_bytes = bytes_per_row(tape, kv_heads, dim, k8.layout)
         for config in itertools.product((32, 64, 128), (4, 8), (2, 3)):
             cfg = DecodeConfig(*config)
             try:
@@ -202,6 +211,7 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true", help="the decode kernel's launch choices instead")
     ap.add_argument("--chart-from", type=Path, help="draw the chart of this result file (either kind), run nothing")
     args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
     if args.chart_from:
         res = json.loads(args.chart_from.read_text())
         swept = isinstance(next(iter(res["shapes"].values())), list)
@@ -209,7 +219,6 @@ def main() -> None:
         return
     if not torch.cuda.is_available():
         sys.exit("bench/kv_fp8.py measures GPU kernels: no CUDA device here")
-    args.out.mkdir(parents=True, exist_ok=True)
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "batch": args.batch, "context": args.context,
            "command": "python bench/kv_fp8.py " + " ".join(sys.argv[1:]), "shapes": {}}
@@ -218,9 +227,8 @@ def main() -> None:
             res["shapes"][shape] = sweep_case(heads, kv_heads, dim, args.batch, args.context)
             for tape in ("bf16", "fp8"):
                 timed_ = [r for r in res["shapes"][shape] if r["tape"] == tape and "ms" in r]
-                print(shape, tape, "default", [r["ms"] for r in timed_ if DecodeConfig(*[r[f] for f in
-                      ("block_n", "num_warps", "num_stages")]) == DecodeConfig()],
-                      "best", min(timed_, key=lambda r: r["ms"]), flush=True)
+                default = [r["ms"] for r in timed_ if all(r[f] == x for f, x in vars(DEFAULT_CONFIG).items())]
+                print(shape, tape, "default", default, "best", min(timed_, key=lambda r: r["ms"]), flush=True)
         (args.out / "kv_fp8_sweep.json").write_text(json.dumps(res, indent=1))
         sweep_chart(res, args.out / "kv_fp8_sweep.png")
         return
