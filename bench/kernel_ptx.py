@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import inspect
 import json
 import re
@@ -22,32 +23,33 @@ import sys
 import time
 from pathlib import Path
 
+from worker.model.decode_attention import DEFAULT_CONFIG
+
 SHAPES = {"smollm2": (3, 64), "qwen7b": (7, 128)}  # query heads per KV head, head size
 _POINTERS = ("q_ptr", "k_ptr", "v_ptr", "o_ptr", "starts_ptr", "used_ptr", "head_starts_ptr", "head_lens_ptr")
 _INSTRUCTION = re.compile(r"\b((?:ld|st|cp\.async|cvt|mma|wgmma|ldmatrix)\.[\w:.]+)")
 
 
-def decode_ptx(fp8: bool, group: int, head_dim: int, arch: int, stages: int, warps: int = 4,
-               block_n: int = 64) -> str:
-    """The decode kernel's PTX for `arch` (e.g. 90), pointers and multiple-of-16 strides specialised
-    as a launch on real tapes specialises them."""
+def decode_ptx(fp8: bool, group: int, head_dim: int, arch: int, config) -> str:
+    """The decode kernel's PTX for `arch` (e.g. 90) with `config`'s launch choices (a DecodeConfig),
+    pointers and multiple-of-16 strides specialised as a launch on real tapes specialises them."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from worker.model.decode_attention import _decode_kernel
+    from worker.model.decode_attention import _decode_kernel, group_rows
 
     tape = "*u8" if fp8 else "*bf16"
     types = {"q_ptr": "*bf16", "k_ptr": tape, "v_ptr": tape, "o_ptr": "*bf16", "scale_log2": "fp32"}
-    constants = {"GROUP": group, "GROUP_PAD": max(16, triton.next_power_of_2(group)), "HEAD_DIM": head_dim,
-                 "BLOCK_N": block_n, "FP8": fp8}
+    constants = {"GROUP": group, "GROUP_PAD": group_rows(group), "HEAD_DIM": head_dim,
+                 "BLOCK_N": config.block_n, "FP8": fp8}
     names = list(inspect.signature(_decode_kernel.fn).parameters)
     signature = {n: "constexpr" if n in constants else types.get(n, "*i32" if n in _POINTERS else "i32")
                  for n in names}
     aligned = [i for i, n in enumerate(names) if n in _POINTERS or n.startswith("stride_") or n == "scale_offset"]
     source = ASTSource(_decode_kernel, signature, constants, {(i,): [["tt.divisibility", 16]] for i in aligned})
     compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32),
-                              options={"num_warps": warps, "num_stages": stages})
+                              options={"num_warps": config.num_warps, "num_stages": config.num_stages})
     return compiled.asm["ptx"]
 
 
@@ -85,15 +87,16 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--arch", type=int, default=90, help="compute capability x10: 90 = H100/H200")
     ap.add_argument("--shape", default="qwen7b", choices=sorted(SHAPES))
-    ap.add_argument("--stages", type=int, default=2)
+    ap.add_argument("--stages", type=int, help="pipeline stages (default: the kernel's own, DecodeConfig)")
     args = ap.parse_args(argv)
+    config = dataclasses.replace(DEFAULT_CONFIG, num_stages=args.stages or DEFAULT_CONFIG.num_stages)
     args.out.mkdir(parents=True, exist_ok=True)
     group, head_dim = SHAPES[args.shape]
     res = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "arch": args.arch, "shape": args.shape,
-           "stages": args.stages, "command": "python bench/kernel_ptx.py " + " ".join(argv or sys.argv[1:]),
+           "stages": config.num_stages, "config": vars(config), "command": "python bench/kernel_ptx.py " + " ".join(argv or sys.argv[1:]),
            "tapes": {}}
     for tape in ("bf16", "fp8"):
-        ptx = decode_ptx(tape == "fp8", group, head_dim, args.arch, args.stages)
+        ptx = decode_ptx(tape == "fp8", group, head_dim, args.arch, config)
         (args.out / f"decode_{tape}.ptx").write_text(ptx)
         res["tapes"][tape] = {"lines": len(ptx.splitlines()), "instructions": counts(ptx)}
         print(tape, json.dumps(res["tapes"][tape]), flush=True)

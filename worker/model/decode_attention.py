@@ -45,6 +45,11 @@ class DecodeConfig:
 DEFAULT_CONFIG = DecodeConfig()
 
 
+def group_rows(group: int) -> int:
+    """Rows of a program's query tile: the `group` heads sharing a KV head, padded for the tensor cores."""
+    return max(16, triton.next_power_of_2(group))
+
+
 @triton.jit
 def load_kv(tape_ptr, tape_rows, kv_head, dims, ok, stride_r, stride_h, scale_offset, FP8: tl.constexpr):
     """Rows `tape_rows` [N] of one KV head: (values [N, D] in the tape's dtype or e4m3, scales [N] fp32;
@@ -131,7 +136,7 @@ def decode_attention(q: torch.Tensor,          # [B, H, D]
     _decode_kernel[(num_seqs, num_kv_heads)](
         q, k, v, out, slab_starts, seqused_k, head_starts, head_lens, scale * _LOG2E,
         q.stride(0), q.stride(1), *k_strides, *v_strides, out.stride(0), out.stride(1), scale_offset,
-        GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, BLOCK_N=config.block_n,
+        GROUP=group, GROUP_PAD=group_rows(group), HEAD_DIM=head_dim, BLOCK_N=config.block_n,
         FP8=isinstance(k_tape, Fp8Tape), num_warps=config.num_warps,
         num_stages=config.num_stages)
     return out
