@@ -8,7 +8,7 @@ the instructions that say how the K/V bytes travel: global loads and async copie
 loads by width (`ld.shared.b8` is a byte at a time), ldmatrix, the conversions and the MMAs. Static
 counts of the kernel's code, not of its execution: a loop body counts once. A way to see a kernel's
 data path on a machine with no GPU (bench/NOTES.md 2026-12-06: the FP8 tape's codes read a byte at
-a time); the timing is `bench/kv_fp8.py`'s. Writes DIR/kernel_ptx.json, .png and each DIR/decode_<tape>.ptx.
+a time, which two kernels without it showed was not what limits it); the timing is `bench/kv_fp8.py`'s. Writes DIR/kernel_ptx.json, .png and each DIR/decode_<tape>.ptx.
 """
 
 from __future__ import annotations

@@ -55,6 +55,11 @@ def _tape_prefill_kernel(q_ptr, k_ptr, v_ptr, o_ptr, cu_q_ptr, starts_ptr, used_
         col_ok = cols < used
         k, k_scale = load_kv(k_ptr, start + cols, kv_head, dims, col_ok, stride_kr, stride_kh, scale_offset, FP8)
         v, v_scale = load_kv(v_ptr, start + cols, kv_head, dims, col_ok, stride_vr, stride_vh, scale_offset, FP8)
+        if FP8:
+            # Dequantised as loaded: in a 64-query block the codes' way into the dots' layout costs
+            # more than bf16's (bench/NOTES.md 2026-12-06: 1.2-1.5x faster this way; decode gains nothing).
+            k, k_scale = (k.to(tl.float32) * k_scale[:, None]).to(q.dtype), tl.full([BLOCK_N], 1.0, tl.float32)
+            v, v_scale = (v.to(tl.float32) * v_scale[:, None]).to(q.dtype), tl.full([BLOCK_N], 1.0, tl.float32)
         visible = col_ok[None, :] & (cols[None, :] <= last_visible[:, None])
         m, denom, acc = softmax_step(q, k, k_scale, v, v_scale, visible, scale_log2, m, denom, acc)
     out = acc / tl.where(denom == 0.0, 1.0, denom)[:, None]
