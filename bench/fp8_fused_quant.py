@@ -84,7 +84,8 @@ def forward_rows(cfg: ModelConfig, token_counts: list[int], seq_len: int, reps: 
             return loaded.model(ids, pos, meta, kv, last)
         variants = {"fused": with_fused(True, run), "unfused": with_fused(False, run)}
         logits = {name: fn() for name, fn in variants.items()}
-        again = variants["unfused"]()  # a run-to-run baseline: is the forward itself deterministic at this T?
+        # Run-to-run baselines: is each path deterministic at this T, and does the first call differ?
+        again = {name: fn() for name, fn in variants.items()}
         row = alternated(variants, reps, warmup=3)
         out[str(tokens)] = {"sequences": len(lens), "ms_fused": row["fused"]["ms"], "ms_unfused": row["unfused"]["ms"],
                             "ratio": row["fused"]["ms"] / row["unfused"]["ms"],
@@ -92,7 +93,9 @@ def forward_rows(cfg: ModelConfig, token_counts: list[int], seq_len: int, reps: 
                             "spread": row, "logits_equal": bool(torch.equal(logits["fused"], logits["unfused"])),
                             "logits_max_rel_diff": float((logits["fused"].float() - logits["unfused"].float()).abs().max()
                                                          / logits["unfused"].float().abs().max()),
-                            "unfused_twice_equal": bool(torch.equal(again, logits["unfused"]))}
+                            "unfused_twice_equal": bool(torch.equal(again["unfused"], logits["unfused"])),
+                            "fused_twice_equal": bool(torch.equal(again["fused"], logits["fused"])),
+                            "second_calls_equal": bool(torch.equal(again["fused"], again["unfused"]))}
         del kv
     fp8.set_fused_quantisation(True)
     return out
@@ -116,6 +119,12 @@ def op_rows(cfg: ModelConfig, token_counts: list[int], reps: int) -> dict:
                           reps, warmup=3, inner=10)
         ops = {"add_rms_norm": norm, "silu_mul": silu}
         out[str(tokens)] = {f"{op}_{name}_ms": row[name]["ms"] for op, row in ops.items() for name in row}
+        fused_norm, unfused_norm = fused_kernels.add_rms_norm_fp8(x, res, w, 1e-6)[0], fp8.quantize_tokens(
+            fused_kernels.add_rms_norm(x, res, w, 1e-6)[0])
+        fused_silu, unfused_silu = fused_kernels.silu_mul_fp8(gate_up), fp8.quantize_tokens(fused_kernels.silu_mul(gate_up))
+        for op, (a, b) in {"add_rms_norm": (fused_norm, unfused_norm), "silu_mul": (fused_silu, unfused_silu)}.items():
+            out[str(tokens)][f"{op}_codes_differing"] = int((a[0].view(torch.uint8) != b[0].view(torch.uint8)).sum())
+            out[str(tokens)][f"{op}_scales_differing"] = int((a[1] != b[1]).sum())
     return out
 
 
@@ -184,7 +193,8 @@ def main() -> int:
     chart(res, args.out / "fp8_fused_quant.png")
     for t, row in res["forward"].items():
         print(f"T={t}: fused {row['ms_fused']:.3f} ms, unfused {row['ms_unfused']:.3f} ms, ratio {row['ratio']:.3f}, "
-              f"logits equal {row['logits_equal']} (max rel. diff {row['logits_max_rel_diff']:.2g}; unfused twice equal {row['unfused_twice_equal']}); ops {json.dumps(res['ops'][t])}")
+              f"logits equal {row['logits_equal']} (max rel. diff {row['logits_max_rel_diff']:.2g}; twice equal: unfused "
+              f"{row['unfused_twice_equal']}, fused {row['fused_twice_equal']}; second calls equal {row['second_calls_equal']}); ops {json.dumps(res['ops'][t])}")
     return 0
 
 

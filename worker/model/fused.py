@@ -9,7 +9,7 @@ An op whose output feeds an FP8 projection (the norms into qkv and gate_up, SiLU
 so (`into=`); where the kernels run it then returns the projection's FP8 input, codes and per-token
 scales (`fp8.QuantizedActivation`), instead of the row in the model dtype (`feeds_fp8` decides;
 `fp8.set_fused_quantisation(False)` turns only this off). Elsewhere the projection quantises the row
-itself, to the same bits.
+itself with the same math (on an H100, bit for bit but for a few of the norm's codes: `fp8` says).
 """
 
 from __future__ import annotations
