@@ -97,7 +97,8 @@ def capacity_phase(summarizer, records, out: Path) -> dict:
         failed = sum(isinstance(r, Exception) for _, r in summarizer.results_in_order(records))
         dt = time.perf_counter() - t0
     res = {"records": len(records), "failed": failed, "seconds": dt, "records_per_s": len(records) / dt,
-           "steps": trace.summary(since_s=t0)}
+           "steps": trace.summary(since_s=t0),
+           "out_of_memory_events_since_start": summarizer.stats().out_of_memory_events}
     # A window of the same load under the profiler: kernel time against wall time.
     window = records[: len(records) // 2]
     t0 = time.perf_counter()
@@ -107,7 +108,8 @@ def capacity_phase(summarizer, records, out: Path) -> dict:
     wall = time.perf_counter() - t0
     tables(prof, out / "step_profile_capacity.txt")
     res["profiled_window"] = {"records": len(window), "wall_s": wall, "kernel_s": kernel_time_s(prof),
-                              "records_per_s_profiled": len(window) / wall}
+                              "records_per_s_profiled": len(window) / wall,
+                              "out_of_memory_events_since_start": summarizer.stats().out_of_memory_events}
     return res
 
 
