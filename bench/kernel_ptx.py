@@ -9,6 +9,10 @@ loads by width (`ld.shared.b8` is a byte at a time), ldmatrix, the conversions a
 counts of the kernel's code, not of its execution: a loop body counts once. A way to see a kernel's
 data path on a machine with no GPU (bench/NOTES.md 2026-12-06: the FP8 tape's codes read a byte at
 a time, which two kernels without it showed was not what limits it); the timing is `bench/kv_fp8.py`'s. Writes DIR/kernel_ptx.json, .png and each DIR/decode_<tape>.ptx.
+
+It compiles the kernel of the `worker` that Python imports. In a checkout set up by scripts/setup.sh
+that is the checkout's own (the editable install comes before PYTHONPATH): to read another revision's
+PTX, put its file in the checkout.
 """
 
 from __future__ import annotations
