@@ -1,9 +1,11 @@
 """Where one engine step's time goes on the GPU host: host (Python, launches) against device (kernels).
 
     python bench/gpu_step_profile.py --out DIR --tokenizer TOK [--shape smollm2] [--dtype fp8] [--records 3000]
+                                     [--new-tokens 64]
 
 The Summarizer exactly as `telesum worker` builds it (probed budgets, prefix reuse, production
-sampling, 64 new tokens, EOS off, random bf16 weights, the real SmolLM2 tokenizer). Two phases:
+sampling, 64 new tokens unless `--new-tokens` says, EOS off, random bf16 weights, the real SmolLM2
+tokenizer). Two phases:
 
 - `single`: records one at a time (a quiet stream): each step's wall time from the step trace, and a
   torch.profiler table of those steps (CPU ops by self time, CUDA kernels by time). A prefill of one
@@ -120,17 +122,19 @@ def main() -> None:
     ap.add_argument("--shape", default="smollm2")
     ap.add_argument("--records", type=int, default=3000)
     ap.add_argument("--dtype", default="bfloat16", help="bfloat16, or fp8 (the projections as engine.dtype: fp8)")
+    ap.add_argument("--new-tokens", type=int, default=NEW_TOKENS,
+                    help="tokens each summary decodes (2: the prefill's share of the loop, where the host limits)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     loaded = build_loaded(args.shape, load_tokenizer(args.tokenizer), args.dtype)
     records = records_for("short", args.records)
-    summarizer = worker_summarizer(loaded, default_sampling(NEW_TOKENS))
+    summarizer = worker_summarizer(loaded, default_sampling(args.new_tokens))
     summarizer.step_trace = StepTrace()
     summarizer.engine.step_observers.append(summarizer.step_trace.observe)
     summarizer.start()
     list(summarizer.results_in_order(records[:300]))  # compile, capture graphs, start the pool
     res = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "shape": args.shape, "dtype": args.dtype, "command": "python bench/gpu_step_profile.py " + " ".join(sys.argv[1:]),
+           "shape": args.shape, "dtype": args.dtype, "new_tokens": args.new_tokens, "command": "python bench/gpu_step_profile.py " + " ".join(sys.argv[1:]),
            "budgets": summarizer.worker_budgets}
     res["single"] = single_phase(summarizer, records[300:], args.out)
     print("single", json.dumps(res["single"]), flush=True)
