@@ -5,7 +5,7 @@
 
 The Summarizer exactly as `telesum worker` builds it (probed budgets, prefix reuse, production
 sampling, 64 new tokens unless `--new-tokens` says, EOS off, random bf16 weights, the real SmolLM2
-tokenizer). Two phases:
+tokenizer). Three phases:
 
 - `single`: records one at a time (a quiet stream): each step's wall time from the step trace, and a
   torch.profiler table of those steps (CPU ops by self time, CUDA kernels by time). A prefill of one
@@ -13,6 +13,8 @@ tokenizer). Two phases:
 - `capacity`: every record queued at once: records/s, the step trace, the profiler's kernel total
   against the wall time of a window (the GPU's real occupancy, not nvidia-smi's "busy"), and a py-spy
   profile of the process's threads over the same run where py-spy is installed.
+- `gil`: the same load again, py-spy sampling only the thread that holds the GIL: the share of the
+  wall each thread held it (near 100 % in all: the process's Python is the limit, not the GPU).
 
 Writes DIR/step_profile.json and DIR/*.txt (profiler tables, py-spy summary).
 """
@@ -54,13 +56,18 @@ def tables(prof, path: Path, rows: int = 45) -> None:
     path.write_text("\n".join(text))
 
 
+SPY_RATE = 100  # samples a second
+
+
 @contextlib.contextmanager
-def py_spy(path: Path):
-    """py-spy sampling this process's threads (wall time, idle included) while inside, where installed."""
+def py_spy(path: Path, mode: str = "--idle"):
+    """py-spy sampling this process's threads while inside, where installed. mode "--idle": every
+    thread's wall time, waits included; "--gil": only the thread holding the GIL, so the samples
+    against SPY_RATE × wall say how much of the time the GIL was held, and by whom."""
     if not shutil.which("py-spy"):
         yield
         return
-    spy = subprocess.Popen(["py-spy", "record", "-p", str(os.getpid()), "-r", "100", "--threads", "--idle",
+    spy = subprocess.Popen(["py-spy", "record", "-p", str(os.getpid()), "-r", str(SPY_RATE), "--threads", mode,
                             "-f", "raw", "-o", str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1.0)  # attached
     try:
@@ -115,6 +122,26 @@ def capacity_phase(summarizer, records, out: Path) -> dict:
     return res
 
 
+def gil_phase(summarizer, records, out: Path) -> dict:
+    """The capacity load again, py-spy sampling only the GIL's holder: the share of the wall each
+    thread held it. Near 100 % in all, the process is bound by its Python, whatever the GPU does."""
+    path = out / "spy_capacity_gil.txt"
+    with py_spy(path, "--gil"):
+        t0 = time.perf_counter()
+        list(summarizer.results_in_order(records))
+        dt = time.perf_counter() - t0
+    if not path.exists():
+        return {"records_per_s": len(records) / dt, "gil": "py-spy not installed"}
+    held: dict[str, int] = {}
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        held[stack.split(";", 1)[0]] = held.get(stack.split(";", 1)[0], 0) + int(count)
+    expected = SPY_RATE * dt  # samples, had one thread held the GIL all the time
+    return {"records_per_s": len(records) / dt, "seconds": dt,
+            "gil_held_share": sum(held.values()) / expected,
+            "gil_held_share_by_thread": {k: v / expected for k, v in sorted(held.items(), key=lambda kv: -kv[1])}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
@@ -140,6 +167,8 @@ def main() -> None:
     print("single", json.dumps(res["single"]), flush=True)
     res["capacity"] = capacity_phase(summarizer, records, args.out)
     print("capacity", json.dumps(res["capacity"]), flush=True)
+    res["gil"] = gil_phase(summarizer, records, args.out)
+    print("gil", json.dumps(res["gil"]), flush=True)
     summarizer.close(drain=False)
     (args.out / "step_profile.json").write_text(json.dumps(res, indent=2))
 
