@@ -35,6 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gpu_job import NEW_TOKENS, build_loaded, records_for, worker_summarizer  # noqa: E402
+from pyspy_top import held_shares  # noqa: E402
 
 from worker.engine.step_trace import StepTrace  # noqa: E402
 from worker.model.tokenizer import load_tokenizer  # noqa: E402
@@ -132,14 +133,9 @@ def gil_phase(summarizer, records, out: Path) -> dict:
         dt = time.perf_counter() - t0
     if not path.exists():
         return {"records_per_s": len(records) / dt, "gil": "py-spy not installed"}
-    held: dict[str, int] = {}
-    for line in path.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        held[stack.split(";", 1)[0]] = held.get(stack.split(";", 1)[0], 0) + int(count)
-    expected = SPY_RATE * dt  # samples, had one thread held the GIL all the time
+    shares = held_shares(str(path), SPY_RATE, dt)
     return {"records_per_s": len(records) / dt, "seconds": dt,
-            "gil_held_share": sum(held.values()) / expected,
-            "gil_held_share_by_thread": {k: v / expected for k, v in sorted(held.items(), key=lambda kv: -kv[1])}}
+            "gil_held_share": sum(shares.values()), "gil_held_share_by_thread": shares}
 
 
 def main() -> None:

@@ -42,5 +42,16 @@ def summarise(path: str, top: int = 40) -> str:
     return "\n".join(out)
 
 
+def held_shares(path: str, rate: float, seconds: float) -> dict[str, float]:
+    """A `py-spy record --gil` profile: each thread's samples against `rate` × `seconds`, the share of
+    the wall it held the GIL (their sum near 1: the process's Python is its limit), largest first."""
+    held: collections.Counter[str] = collections.Counter()
+    with open(path) as fh:
+        for line in fh:
+            stack, count = line.rstrip("\n").rsplit(" ", 1)
+            held[next((f for f in stack.split(";")[:2] if f.startswith("thread")), "?")] += int(count)
+    return {thread: n / (rate * seconds) for thread, n in held.most_common()}
+
+
 if __name__ == "__main__":
     print(summarise(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 40))
