@@ -151,7 +151,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     loaded = build_loaded(args.shape, load_tokenizer(args.tokenizer), args.dtype)
     records = records_for("short", args.records)
-    summarizer = worker_summarizer(loaded, default_sampling(args.new_tokens))
+    summarizer = worker_summarizer(loaded, default_sampling(args.new_tokens), args.new_tokens)
     summarizer.step_trace = StepTrace()
     summarizer.engine.step_observers.append(summarizer.step_trace.observe)
     summarizer.start()
