@@ -251,7 +251,7 @@ class Engine:
             for s in heads:
                 s.prefix_in_slab = True
         try:
-            tokens = self._run_model(plan, seqs)
+            tokens = self._run_model(plan, seqs)  # queued; a prefill's are still on the device
         except Exception as exc:
             if is_out_of_memory(exc):
                 self._after_out_of_memory(plan, seqs, exc)
@@ -266,6 +266,9 @@ class Engine:
                 self._wake(self.prefix.remember(plan.prefill.seqs if isinstance(plan, MixedStep) else seqs))
             elif isinstance(plan, PrefillChunk) and plan.is_last:
                 self._wake(self.prefix.remember(seqs))
+        # Read after remember: its host work (hashing every new block) overlaps the forward, where after
+        # the read it left the GPU idle (9 % of the wall at 2 new tokens, bench/NOTES.md).
+        tokens = tokens.cpu().numpy() if isinstance(tokens, torch.Tensor) else tokens
         self._emit(self.scheduler.postprocess(plan, tokens))
 
     def _after_out_of_memory(self, plan: Plan, seqs: list[Sequence], exc: BaseException) -> None:
@@ -278,8 +281,9 @@ class Engine:
             self.scheduler.fail(failed, error)
             self._emit(failed)
 
-    def _run_model(self, plan: Plan, seqs: list[Sequence]) -> np.ndarray:
-        """The step's forward pass and sampling -> int64 [B] tokens (empty for a non-final chunk)."""
+    def _run_model(self, plan: Plan, seqs: list[Sequence]) -> torch.Tensor | np.ndarray:
+        """The step's forward pass and sampling -> int64 [B] tokens (empty for a non-final chunk): a
+        prefill's still on the device (queued, not waited for), a decode step's on the host."""
         if isinstance(plan, (PrefillBin, MixedStep)):
             prefill = plan.prefill if isinstance(plan, MixedStep) else plan
             work: BinWork = prefill.bin
@@ -308,9 +312,10 @@ class Engine:
         """Decode and sample rows `part` of the decode batch -> int64 tokens of those rows."""
         logits = self.runner.decode(batch.last_token[part], batch.position[part], batch.slab_start[part],
                                     batch.head_start[part], batch.head_len[part])
-        return self._sample(logits, SamplingRows.of_batch(batch, part))
+        return self._sample(logits, SamplingRows.of_batch(batch, part)).cpu().numpy()
 
-    def _sample(self, logits: torch.Tensor, rows: SamplingRows) -> np.ndarray:
+    def _sample(self, logits: torch.Tensor, rows: SamplingRows) -> torch.Tensor:
+        """int64 [B] tokens on the logits' device: sampling queued, not waited for."""
         penalised = bool((rows.penalty != 1.0).any())
         history = self.outputs.histories(rows.output_start, rows.out_len) if penalised else None
         batch = SamplingBatch(rows.temperature.tolist(), rows.top_p.tolist(), logits.device,
@@ -318,7 +323,7 @@ class Engine:
         tokens = batch.sample(logits, self.generator)  # [B] on the device
         if penalised:
             self.outputs.record(rows.output_start + rows.out_len, tokens)
-        return tokens.cpu().numpy()  # the step's one host sync
+        return tokens
 
     def _emit(self, seqs: list[Sequence]) -> None:
         if self.prefix is not None:  # unpin heads, end waits; who waited on a failed prompt is matched again
