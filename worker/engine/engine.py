@@ -251,7 +251,7 @@ class Engine:
             for s in heads:
                 s.prefix_in_slab = True
         try:
-            tokens = self._run_model(plan, seqs)  # queued; a prefill's are still on the device
+            tokens = self._run_model(plan, seqs)  # queued on the device, not read yet
         except Exception as exc:
             if is_out_of_memory(exc):
                 self._after_out_of_memory(plan, seqs, exc)
@@ -266,10 +266,9 @@ class Engine:
                 self._wake(self.prefix.remember(plan.prefill.seqs if isinstance(plan, MixedStep) else seqs))
             elif isinstance(plan, PrefillChunk) and plan.is_last:
                 self._wake(self.prefix.remember(seqs))
-        # Read after remember: its host work (hashing every new block) overlaps the forward, where after
-        # the read it left the GPU idle (9 % of the wall at 2 new tokens, bench/NOTES.md).
-        tokens = tokens.cpu().numpy() if isinstance(tokens, torch.Tensor) else tokens
-        self._emit(self.scheduler.postprocess(plan, tokens))
+        # The step's one host sync, after remember: its host work (hashing every new block) then overlaps
+        # the forward instead of leaving the GPU idle (+11 % records/s at 2 new tokens, bench/NOTES.md).
+        self._emit(self.scheduler.postprocess(plan, tokens.cpu().numpy()))
 
     def _after_out_of_memory(self, plan: Plan, seqs: list[Sequence], exc: BaseException) -> None:
         if self.runner.device.type == "cuda":
@@ -281,9 +280,9 @@ class Engine:
             self.scheduler.fail(failed, error)
             self._emit(failed)
 
-    def _run_model(self, plan: Plan, seqs: list[Sequence]) -> torch.Tensor | np.ndarray:
-        """The step's forward pass and sampling -> int64 [B] tokens (empty for a non-final chunk): a
-        prefill's still on the device (queued, not waited for), a decode step's on the host."""
+    def _run_model(self, plan: Plan, seqs: list[Sequence]) -> torch.Tensor:
+        """The step's forward pass and sampling, queued -> int64 [B] tokens on the device, not waited
+        for (empty for a non-final chunk)."""
         if isinstance(plan, (PrefillBin, MixedStep)):
             prefill = plan.prefill if isinstance(plan, MixedStep) else plan
             work: BinWork = prefill.bin
@@ -299,20 +298,20 @@ class Engine:
             logits = self.runner.prefill_chunk(plan.seq.prompt[plan.start:plan.end], plan.start,
                                                plan.seq.slab_start)
             if not plan.is_last:
-                return np.empty(0, np.int64)
+                return torch.empty(0, dtype=torch.int64)
             rows = SamplingRows.of(seqs)
         else:
             assert isinstance(plan, Decode)
             batch = self.scheduler.decoding  # the plan's sequences, as arrays
             size = self.oom.decode_pass_rows or len(batch)
-            return np.concatenate([self._decode_pass(batch, slice(i, i + size)) for i in range(0, len(batch), size)])
+            return torch.cat([self._decode_pass(batch, slice(i, i + size)) for i in range(0, len(batch), size)])
         return self._sample(logits, rows)
 
-    def _decode_pass(self, batch, part: slice) -> np.ndarray:
-        """Decode and sample rows `part` of the decode batch -> int64 tokens of those rows."""
+    def _decode_pass(self, batch, part: slice) -> torch.Tensor:
+        """Decode and sample rows `part` of the decode batch -> int64 tokens of those rows, on the device."""
         logits = self.runner.decode(batch.last_token[part], batch.position[part], batch.slab_start[part],
                                     batch.head_start[part], batch.head_len[part])
-        return self._sample(logits, SamplingRows.of_batch(batch, part)).cpu().numpy()
+        return self._sample(logits, SamplingRows.of_batch(batch, part))
 
     def _sample(self, logits: torch.Tensor, rows: SamplingRows) -> torch.Tensor:
         """int64 [B] tokens on the logits' device: sampling queued, not waited for."""
