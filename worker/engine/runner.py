@@ -2,7 +2,8 @@
 
 Every per-step integer array is built on the host in one buffer and copied to the device once
 (non-blocking from page-locked memory on CUDA), so building a step adds no host sync. Decode steps
-go through `DecodeGraphs` (static buffers, one captured CUDA graph per batch bucket).
+go through `DecodeGraphs` (static buffers, one captured CUDA graph per batch bucket); so do packed
+bins' prefills, given the largest bin (`PrefillGraphs`: per bucket of tokens, sequences and span).
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import numpy as np
 import torch
 
 from worker.engine.decode_graphs import DecodeGraphs
+from worker.engine.prefill_graphs import PrefillGraphs, bin_token_rows
 from worker.model.attention import AttentionMetadata
 from worker.model.kv_cache import KVCache
 from worker.settings.environment import DECODE_GRAPHS as GRAPHS_ENV
+from worker.settings.environment import PREFILL_GRAPHS as PREFILL_GRAPHS_ENV
 
 
 @dataclass(frozen=True)
@@ -33,11 +36,14 @@ class ModelRunner:
 
     def __init__(self, model: torch.nn.Module, kv: KVCache, device: torch.device | str, *,
                  decode_graphs: bool | None = None, max_decode_batch: int = 1024,
-                 max_seqlen_k: int | None = None) -> None:
+                 max_seqlen_k: int | None = None, largest_bin: tuple[int, int] | None = None) -> None:
         """decode_graphs: replay captured CUDA graphs for decode (default: on CUDA, unless
         TELESUM_DECODE_GRAPHS=0); decode batches above max_decode_batch run in several passes.
-        max_seqlen_k: the bound on any slab the decode graphs bake in (default: the tape's rows, at
-        most the model's context; the probe captures the worker's graphs beside a tape of a few rows)."""
+        max_seqlen_k: the bound on any slab the graphs bake in (default: the tape's rows, at
+        most the model's context; the probe captures the worker's graphs beside a tape of a few rows).
+        largest_bin: (tokens, sequences) of the dispatcher's largest bin; given, a bin's prefill
+        replays a graph captured per bucket on first use (on CUDA, with decode graphs on, unless
+        TELESUM_PREFILL_GRAPHS=0); None: prefills run eagerly (the probe measures those)."""
         self.model = model
         self.kv = kv
         self.device = torch.device(device)
@@ -47,6 +53,10 @@ class ModelRunner:
         max_seqlen_k = max_seqlen_k or min(kv.capacity_rows, model.cfg.max_position_embeddings)
         self.decode_step = DecodeGraphs(model, kv, self.device, max_batch=max_decode_batch,
                                         max_seqlen_k=max_seqlen_k, use_graphs=decode_graphs)
+        self.prefill_step: PrefillGraphs | None = None
+        if largest_bin is not None and self.decode_step.use_graphs and os.environ.get(PREFILL_GRAPHS_ENV, "1") != "0":
+            self.prefill_step = PrefillGraphs(model, kv, self.device, max_tokens=largest_bin[0],
+                                              max_seqs=largest_bin[1], max_seqlen_k=max_seqlen_k, use_graphs=True)
 
     def _upload(self, *rows: list[int]) -> list[torch.Tensor]:
         """Host int lists -> int64 device tensors, one copy for all of them."""
@@ -71,26 +81,25 @@ class ModelRunner:
         max_seqlen_k is the longest prefix + span then.
         decode: decoding sequences carried in the same pass, one token each after the bin's tokens
         (a mixed step); their logits follow the bin's -> [B + len(decode), V]."""
+        num_tokens, num_seqs = bin.input_ids.shape[0], bin.seq_lens.shape[0]
+        from_zero = (not prefix_lens or not any(prefix_lens)) and decode is None
+        if decode is None and self.prefill_step is not None:
+            bucket = self.prefill_step.bucket_for(num_tokens, num_seqs, max_seqlen_q, from_zero)
+            if bucket is not None and self.prefill_step.serves(bucket):
+                logits = self.prefill_step.run(bin, bucket, slab_starts, prefix_lens)
+                if logits is not None:
+                    return logits
         input_ids = bin.input_ids.long()                       # [T]
-        position_ids = bin.position_ids.long()                 # [T] restart at 0 per sequence; pads continue
         cu_seqlens = bin.cu_seqlens.to(torch.int32)            # [B+1] spans include alignment pads
         seq_lens = bin.seq_lens.to(torch.int32)                # [B] real lengths (of what the bin holds)
         last_index = bin.last_token_index.long()               # [B]
-        num_tokens = input_ids.shape[0]
-        from_zero = (not prefix_lens or not any(prefix_lens)) and decode is None
         decode_rows = ([], [], []) if decode is None else (
             decode.tokens.tolist(), decode.positions.tolist(), decode.slab_starts.tolist())
         starts, offsets, ids, pos, dec_starts = self._upload(  # one copy for the bin's and the decode rows' ints
-            slab_starts, prefix_lens or [0] * len(slab_starts), *decode_rows)
-        spans = cu_seqlens[1:] - cu_seqlens[:-1]               # [B]
-        seg = torch.repeat_interleave(torch.arange(spans.shape[0], device=self.device), spans,
-                                      output_size=num_tokens)  # [T] sequence index of each token
-        is_real = position_ids < seq_lens[seg].long()          # [T] pads sit after the real tokens
-        if not from_zero:
-            position_ids = position_ids + offsets[seg]         # [T] continue after the cached head
-        slot_mapping = torch.where(is_real, starts[seg] + position_ids, -1)  # [T]
-        # Through the tape (a cached head, decode rows beside) seqused_k counts a span's pads (see attention.py).
-        seqused_k = seq_lens if from_zero else (offsets + spans).to(torch.int32)
+            slab_starts, prefix_lens or [0] * num_seqs, *decode_rows)
+        rows = torch.arange(num_tokens, dtype=torch.int32, device=self.device)
+        position_ids, slot_mapping, seqused_k = bin_token_rows(
+            bin.position_ids.long(), rows, cu_seqlens, seq_lens, starts, offsets, from_zero)
         if decode is not None:  # each decoding sequence: a span of one token at its position
             num_rows = len(decode.tokens)
             input_ids = torch.cat([input_ids, ids])

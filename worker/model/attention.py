@@ -106,6 +106,8 @@ class SdpaBackend(AttentionBackend):
         starts, used = meta.slab_starts.tolist(), meta.seqused_k.tolist()
         out = torch.empty_like(q)
         for b in range(num_seqs):
+            if cu[b] == cu[b + 1]:
+                continue  # an empty span (a padded bin's padding sequence)
             q_b = q[cu[b]:cu[b + 1]]  # [Lq, H, D]
             if meta.is_prefill_from_zero:
                 k_b, v_b = k[cu[b]:cu[b + 1]], v[cu[b]:cu[b + 1]]  # [Lq, Hkv, D]

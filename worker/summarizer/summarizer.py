@@ -116,7 +116,8 @@ class Summarizer:
                              fp8=kv_fp8)
         self.prefix = (PrefixReuse(self.arena.cache, first_row=kv_rows - region,
                                    num_blocks=region // PREFIX_BLOCK_SIZE) if region else None)
-        self.runner = ModelRunner(loaded.model, self.arena.cache, self.device)
+        self.runner = ModelRunner(loaded.model, self.arena.cache, self.device,
+                                  largest_bin=(budgets.token_budget, budgets.max_seqs_per_bin))
         self.max_decode_seqs = budgets.max_decode_seqs
         self.engine = Engine(self.runner, self.dispatcher,
                              self.arena.slabs, eos_ids=tuple(cfg.eos_token_ids), max_context=self.max_context,
