@@ -108,3 +108,13 @@ def test_a_bucket_whose_graph_cannot_be_captured_runs_eagerly_from_then_on(tiny_
     assert not runner.prefill_step.serves(bucket)
     assert any("runs eagerly" in r.getMessage() for r in caplog.records)
     assert runner.prefill_step._graphs == {}
+
+
+def test_prefill_graphs_are_wanted_for_small_models_unless_the_variable_says_otherwise():
+    from worker.engine.runner import PREFILL_GRAPHS_MAX_PARAMS, wants_prefill_graphs
+
+    assert wants_prefill_graphs(135_000_000, None) and wants_prefill_graphs(135_000_000, "")
+    assert not wants_prefill_graphs(PREFILL_GRAPHS_MAX_PARAMS, None)  # a 7B: eager unless asked
+    assert wants_prefill_graphs(7_600_000_000, "1") and not wants_prefill_graphs(135_000_000, "0")
+    with pytest.raises(ValueError, match="TELESUM_PREFILL_GRAPHS must be 0 or 1, not 'yes'"):
+        wants_prefill_graphs(135_000_000, "yes")

@@ -21,7 +21,7 @@ ROWS = 8192
 
 @pytest.fixture(scope="module")
 def smol():
-    return random_model(ModelConfig(**SMOL), device="cuda", dtype=torch.bfloat16, backend="torch_fa2").model
+    return random_model(ModelConfig.tiny(**SMOL), device="cuda", dtype=torch.bfloat16, backend="torch_fa2").model
 
 
 def _pair(model):

@@ -31,6 +31,22 @@ class DecodeRows:
     slab_starts: np.ndarray
 
 
+# Below this many parameters a prefill forward is launch-bound: replaying it from a graph measured
+# +42 % records/s at 2 new tokens, +5 % at 64 (SmolLM2-135M shape, one H100, bench/NOTES.md). A larger
+# model's forward keeps the GPU busy longer than its launches take, and its graphs' memory pool would
+# hold activations of a full bin beside the eager ones.
+PREFILL_GRAPHS_MAX_PARAMS = 1_000_000_000
+
+
+def wants_prefill_graphs(num_params: int, setting: str | None) -> bool:
+    """TELESUM_PREFILL_GRAPHS: "0" never, "1" always, unset: for models under PREFILL_GRAPHS_MAX_PARAMS."""
+    if setting is None or setting == "":
+        return num_params < PREFILL_GRAPHS_MAX_PARAMS
+    if setting not in ("0", "1"):
+        raise ValueError(f"TELESUM_PREFILL_GRAPHS must be 0 or 1, not {setting!r}")
+    return setting == "1"
+
+
 class ModelRunner:
     """Runs prefill (packed bins, long-input chunks) and decode steps against one KV tape."""
 
@@ -42,8 +58,8 @@ class ModelRunner:
         max_seqlen_k: the bound on any slab the graphs bake in (default: the tape's rows, at
         most the model's context; the probe captures the worker's graphs beside a tape of a few rows).
         largest_bin: (tokens, sequences) of the dispatcher's largest bin; given, a bin's prefill
-        replays a graph captured per bucket on first use (on CUDA, with decode graphs on, unless
-        TELESUM_PREFILL_GRAPHS=0); None: prefills run eagerly (the probe measures those)."""
+        replays a graph captured per bucket on first use (on CUDA, with decode graphs on, when
+        `wants_prefill_graphs`); None: prefills run eagerly (the probe measures those)."""
         self.model = model
         self.kv = kv
         self.device = torch.device(device)
@@ -54,7 +70,8 @@ class ModelRunner:
         self.decode_step = DecodeGraphs(model, kv, self.device, max_batch=max_decode_batch,
                                         max_seqlen_k=max_seqlen_k, use_graphs=decode_graphs)
         self.prefill_step: PrefillGraphs | None = None
-        if largest_bin is not None and self.decode_step.use_graphs and os.environ.get(PREFILL_GRAPHS_ENV, "1") != "0":
+        if largest_bin is not None and self.decode_step.use_graphs and wants_prefill_graphs(
+                sum(p.numel() for p in model.parameters()), os.environ.get(PREFILL_GRAPHS_ENV)):
             self.prefill_step = PrefillGraphs(model, kv, self.device, max_tokens=largest_bin[0],
                                               max_seqs=largest_bin[1], max_seqlen_k=max_seqlen_k, use_graphs=True)
 
