@@ -62,16 +62,17 @@ def test_bucket_for_rounds_each_dimension_up_and_refuses_a_bin_past_the_largest(
     assert graphs.bucket_for(10, 9, 10, True) is None
 
 
-@pytest.mark.parametrize("prefix_lens", [None, [16, 0, 40]], ids=["from-zero", "through-the-tape"])
-def test_a_padded_bin_gives_the_unpadded_prefill_and_writes_the_same_rows(tiny_model, prefix_lens):
-    b = _bin([13, 30, 5], tiny_model.cfg.vocab_size)
-    starts = [0, 80, 160]
+@pytest.mark.parametrize("lens,prefix_lens", [([13, 30, 5], None), ([13, 30, 5], [16, 0, 40]), ([13, 30, 5, 20], None)],
+                         ids=["from-zero", "through-the-tape", "a-power-of-two-of-sequences"])
+def test_a_padded_bin_gives_the_unpadded_prefill_and_writes_the_same_rows(tiny_model, lens, prefix_lens):
+    b = _bin(lens, tiny_model.cfg.vocab_size)
+    starts = [0, 80, 160, 200][:len(lens)]
     plain_kv, padded_kv = _tape(tiny_model), _tape(tiny_model)
     want = ModelRunner(tiny_model, plain_kv, "cpu").prefill_bin(b, starts, _spans(b), 80, prefix_lens)
     graphs = PrefillGraphs(tiny_model, padded_kv, torch.device("cpu"), max_tokens=1000, max_seqs=8,
                            max_seqlen_k=CAPACITY, use_graphs=False)
-    bucket = graphs.bucket_for(b.input_ids.shape[0], 3, _spans(b), prefix_lens is None)
-    assert bucket.tokens > b.input_ids.shape[0] and bucket.seqs > 3  # there is padding of both kinds
+    bucket = graphs.bucket_for(b.input_ids.shape[0], len(lens), _spans(b), prefix_lens is None)
+    assert bucket.tokens > b.input_ids.shape[0] and bucket.seqs > len(lens)  # there is padding of both kinds
     got = graphs.run(b, bucket, starts, prefix_lens)
     assert got.shape == want.shape
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)

@@ -197,10 +197,10 @@ def bin_token_rows(position_ids: torch.Tensor, rows: torch.Tensor, cu_seqlens: t
 
     position_ids [T] restart at 0 per span; rows = arange(T) in cu_seqlens' dtype; cu_seqlens [B+1];
     seq_lens [B] real lengths; slab_starts, prefix_lens [B] (rows already on each slab; None: none).
-    Tokens past cu_seqlens[-1] (a bucket's padding) are pads too. Through the tape seqused_k counts a
-    span's pads (see attention.py)."""
+    Tokens past cu_seqlens[-1] count as the last sequence's: a padded bin ends in an empty sequence
+    (seq_lens 0), so they are pads. Through the tape seqused_k counts a span's pads (see attention.py)."""
     seg = torch.searchsorted(cu_seqlens[1:], rows, right=True).clamp_(max=seq_lens.shape[0] - 1)  # [T]
-    is_real = (position_ids < seq_lens[seg]) & (rows < cu_seqlens[-1])
+    is_real = position_ids < seq_lens[seg]
     positions = position_ids if from_zero or prefix_lens is None else position_ids + prefix_lens[seg]
     slots = torch.where(is_real, slab_starts[seg] + positions, -1)
     if from_zero or prefix_lens is None:
