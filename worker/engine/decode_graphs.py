@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from worker.engine.cuda_graphs import capture_graph
 from worker.model.attention import AttentionMetadata
 from worker.model.kv_cache import KVCache
 
@@ -134,22 +135,14 @@ class DecodeGraphs:
         started = time.perf_counter()
         saved = self._staging[:, :bucket].clone()
         self._park(bucket)
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):  # warm-up off the capture: compiles kernels, creates handles
-            for _ in range(2):
-                self._forward(bucket, self.max_seqlen_k)
-        torch.cuda.current_stream(self.device).wait_stream(side)
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         if self._logits is None:  # one output buffer for every bucket: graphs replay one at a time
             self._logits = torch.empty(self.max_batch, self.model.cfg.vocab_size, dtype=torch.float32,
                                        device=self.device)
-        graph = torch.cuda.CUDAGraph()
-        # thread_local: a capture mid-stream (a bucket first needed) must not fail because another
-        # thread allocates pinned memory or queries an event meanwhile; none of them uses this stream.
-        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-            self._logits[:bucket].copy_(self._forward(bucket, self.max_seqlen_k))
+        graph = capture_graph(
+            self.device, self._pool, warm_up=lambda: self._forward(bucket, self.max_seqlen_k),
+            body=lambda: self._logits[:bucket].copy_(self._forward(bucket, self.max_seqlen_k)), warm_ups=2)
         self._graphs[bucket] = (graph, self._logits[:bucket])
         self._staging[:, :bucket].copy_(saved)
         log.debug("decode graph for batch bucket %d captured in %.2f s", bucket, time.perf_counter() - started)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from worker.engine.cuda_graphs import capture_graph
 from worker.model.attention import AttentionMetadata
 
 log = logging.getLogger(__name__)
@@ -163,20 +164,13 @@ class PrefillGraphs:
         saved = seqs.clone()
         seqs.zero_()  # parked: every span empty, so every token writes to the scratch row
         try:
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):  # off the capture: compiles and autotunes kernels for these shapes
-                self._forward(bucket)
-            torch.cuda.current_stream(self.device).wait_stream(side)
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
             if self._logits is None:
                 self._logits = torch.empty(self.seq_sizes[-1], self.model.cfg.vocab_size, dtype=torch.float32,
                                            device=self.device)
-            graph = torch.cuda.CUDAGraph()
-            # thread_local: other threads may query events or pin memory meanwhile (see DecodeGraphs).
-            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-                self._logits[:bucket.seqs].copy_(self._forward(bucket))
+            graph = capture_graph(self.device, self._pool, warm_up=lambda: self._forward(bucket),
+                                  body=lambda: self._logits[:bucket.seqs].copy_(self._forward(bucket)))
         except Exception as exc:  # noqa: BLE001 - out of memory, an op that cannot be captured: run eagerly
             log.warning("prefill graph for %s not captured, that bucket runs eagerly: %s", bucket,
                         str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
