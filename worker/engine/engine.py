@@ -16,6 +16,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -40,8 +41,33 @@ BUSY_TIMEOUT_S = 0.0
 IDLE_TIMEOUT_S = 0.02
 
 # Called after every step, on the engine thread: (the plan run, None when there was none; when the
-# step began, when its work was taken and scheduled, when it ended), in time.perf_counter() seconds.
+# step began, when its work was taken and scheduled, when its tokens were applied), in
+# time.perf_counter() seconds. A bin launched ahead (`Engine._launch_ahead`) ends after the step it
+# was queued behind, so two steps' spans may overlap.
 StepObserver = Callable[[Plan | None, float, float, float], None]
+
+
+class Launched(NamedTuple):
+    """A step queued on the device whose tokens are not read yet."""
+
+    plan: Plan
+    started: float  # when its step began (perf_counter seconds)
+    taken: float    # when its work was taken and scheduled
+    tokens: torch.Tensor | None = None  # int64 [B]: on the host once `copied` completes (None until launched)
+    copied: torch.cuda.Event | None = None  # marks the tokens' copy to the host (None: already there)
+
+
+def _start_read(tokens: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
+    """Queue a step's tokens' copy into page-locked host memory and mark it with an event: waiting
+    for the event waits for this step only, where `tokens.cpu()` would also wait for a bin's
+    prefill queued behind it."""
+    if tokens.device.type != "cuda":
+        return tokens, None
+    host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
+    host.copy_(tokens, non_blocking=True)
+    copied = torch.cuda.Event()
+    copied.record()
+    return host, copied
 
 
 class Engine:
@@ -85,6 +111,7 @@ class Engine:
         self.oom = OutOfMemoryRecovery(self.scheduler)
         # The scheduler's pacing first; a benchmark appends a StepTrace's `observe`.
         self.step_observers: list[StepObserver] = [self._pace]
+        self._in_flight: Launched | None = None  # a bin's prefill launched ahead, read by the next step
 
     # -- any thread -------------------------------------------------------------------------
     def add(self, prompt, params: SamplingParams) -> Sequence:
@@ -168,19 +195,49 @@ class Engine:
         self._fail_all(EngineClosed("the engine stopped before this request finished"))
 
     def step(self) -> bool:
-        """One step: take work, schedule, run and post-process, then tell the observers. False once
-        closed and drained."""
+        """One step: take work, schedule, launch, read and apply the tokens, tell the observers.
+        A bin's prefill may be launched ahead, behind the step before it, and read in the next step
+        (`_launch_ahead`). False once closed and drained."""
         started = time.perf_counter()
         self._take_work()
+        before, self._in_flight = self._in_flight, None
+        if before is not None and self._launch_ahead(before, started):
+            return True
+        if before is not None:
+            self._finish(before)
         plan = self.scheduler.schedule()
         taken = time.perf_counter()
-        if plan is not None:
-            self._execute(plan)
-        ended = time.perf_counter()
-        for observe in self.step_observers:
-            observe(plan, started, taken, ended)
-        return plan is not None or not (self._dispatcher_drained and self._long_inbox.empty()
-                                        and self.scheduler.is_idle)
+        if plan is None:
+            for observe in self.step_observers:
+                observe(None, started, taken, time.perf_counter())
+        else:
+            launched = self._launch(Launched(plan, started, taken))
+            if launched is not None and not self._launch_ahead(launched, taken):
+                self._finish(launched)
+        return plan is not None or before is not None or not (
+            self._dispatcher_drained and self._long_inbox.empty() and self.scheduler.is_idle)
+
+    def _launch_ahead(self, launched: Launched, now: float) -> bool:
+        """Queue the next waiting bin's prefill behind a launched bin prefill or decode step, before
+        reading that step's tokens: the bin needs nothing from them, so the GPU runs it while this
+        thread applies them, instead of waiting for this thread to launch it (the GPU idled between
+        steps for as long as a step's host work took). The launched step is then finished and the
+        bin's prefill left in flight for the next step. Not after chunks or mixed steps."""
+        plan = launched.plan
+        if not isinstance(plan, (PrefillBin, Decode)):
+            return False
+        self._take_work()
+        if isinstance(plan, PrefillBin):  # its sequences join the decode batch when it is read
+            ahead = self.scheduler.admit_bin_ahead(joining=len(plan.seqs), leaving=0)
+        else:  # rows this step takes to their length limit leave it then
+            batch = self.scheduler.decoding
+            ahead = self.scheduler.admit_bin_ahead(
+                joining=0, leaving=int(np.count_nonzero(batch.out_len + 1 >= batch.max_new)))
+        if ahead is None:
+            return False
+        self._in_flight = self._launch(Launched(ahead, now, time.perf_counter()))
+        self._finish(launched)
+        return True
 
     def _pace(self, plan: Plan | None, started: float, taken: float, ended: float) -> None:
         """The scheduler paces small bins' prefills and sizes cut bins by how long steps ran."""
@@ -239,11 +296,15 @@ class Engine:
                 seq.parked = False
                 self._num_parked -= 1
 
-    def _execute(self, plan: Plan) -> None:
+    def _launch(self, step: Launched) -> Launched | None:
+        """Queue the step's forward and sampling on the device -> the step with its tokens (not read
+        yet); None when it ended here (failed sequences, out of memory: then observed already)."""
+        plan = step.plan
         if isinstance(plan, Fail):
             self.scheduler.fail(plan.seqs, plan.error)
             self._emit(plan.seqs)
-            return
+            self._observe(step)
+            return None
         seqs = [plan.seq] if isinstance(plan, PrefillChunk) else plan.seqs
         if self.prefix is not None and not isinstance(plan, Decode):
             heads = [s for s in seqs if s.prefix_len and not s.prefix_in_slab]  # just admitted
@@ -251,24 +312,37 @@ class Engine:
             for s in heads:
                 s.prefix_in_slab = True
         try:
-            tokens = self._run_model(plan, seqs)  # queued on the device, not read yet
+            tokens, copied = _start_read(self._run_model(plan, seqs))  # queued on the device, not read yet
         except Exception as exc:
             if is_out_of_memory(exc):
                 self._after_out_of_memory(plan, seqs, exc)
-                return
-            log.exception("step failed for %d sequence(s)", len(seqs))
-            self.scheduler.fail(seqs, exc)
-            self._emit(seqs)
-            return
+            else:
+                log.exception("step failed for %d sequence(s)", len(seqs))
+                self.scheduler.fail(seqs, exc)
+                self._emit(seqs)
+            self._observe(step)
+            return None
         self.oom.step_ran()
         if self.prefix is not None:  # before postprocess may finish a sequence and free its slab
             if isinstance(plan, (PrefillBin, MixedStep)):
                 self._wake(self.prefix.remember(plan.prefill.seqs if isinstance(plan, MixedStep) else seqs))
             elif isinstance(plan, PrefillChunk) and plan.is_last:
                 self._wake(self.prefix.remember(seqs))
-        # The step's one host sync, after remember: its host work (hashing every new block) then overlaps
-        # the forward instead of leaving the GPU idle (+11 % records/s at 2 new tokens, bench/NOTES.md).
-        self._emit(self.scheduler.postprocess(plan, tokens.cpu().numpy()))
+        return step._replace(tokens=tokens, copied=copied)
+
+    def _finish(self, step: Launched) -> None:
+        """Read a launched step's tokens and apply them, then tell the observers. The wait is the
+        step's one host sync, after remember: its host work (hashing every new block) then overlaps
+        the forward instead of leaving the GPU idle (+11 % records/s at 2 new tokens, bench/NOTES.md)."""
+        if step.copied is not None:
+            step.copied.synchronize()
+        self._emit(self.scheduler.postprocess(step.plan, step.tokens.numpy()))
+        self._observe(step)
+
+    def _observe(self, step: Launched) -> None:
+        ended = time.perf_counter()
+        for observe in self.step_observers:
+            observe(step.plan, step.started, step.taken, ended)
 
     def _after_out_of_memory(self, plan: Plan, seqs: list[Sequence], exc: BaseException) -> None:
         if self.runner.device.type == "cuda":
@@ -336,6 +410,7 @@ class Engine:
             self.finished.put(seq)
 
     def _fail_all(self, exc: BaseException) -> None:
+        self._in_flight = None  # its sequences are among the pending ones
         with self._lock:
             pending = list(self._seqs.values())
         self.scheduler.fail(pending, exc)

@@ -116,6 +116,19 @@ class Scheduler:
         self._last_was_chunk = False
         return Decode(list(self.decoding.seqs)) if self.decoding else None
 
+    def admit_bin_ahead(self, joining: int, leaving: int) -> Plan | None:
+        """The oldest waiting bin, admitted while a launched step's tokens are not applied yet, so
+        that the engine queues its prefill behind that step; None when it may not be admitted now.
+        joining: sequences that step adds to the decode batch when applied (a bin's); leaving: rows
+        it certainly takes out (at their length limit). Its finished sequences' slabs are not free
+        yet, so a bin that needs them waits for the next step. Never with mixed steps, where a bin's
+        prefill carries the decode rows instead. A PrefillBin, or (as from `schedule`) a Fail."""
+        if self.mixed_steps:
+            return None
+        plan = self._admit_bin(joining - leaving)
+        self._last_was_part = isinstance(plan, PrefillBin) and plan.is_part
+        return plan
+
     def observe_step(self, plan: Plan, seconds: float) -> None:
         """How long a step took to run (the engine reports each one): paces small bins' prefills and
         sizes the parts a bin is cut into."""
@@ -164,18 +177,19 @@ class Scheduler:
             return self._last_was_part
         return self.pacer.small_bin_waits(work.prompt_tokens, self.chunk_tokens)
 
-    def _decode_has_room(self, num_seqs: int) -> bool:
-        active = len(self.decoding) + (self.prefilling is not None)
+    def _decode_has_room(self, num_seqs: int, pending: int = 0) -> bool:
+        """pending: sequences about to join (+) or leave (-) the decode batch when a launched step is applied."""
+        active = len(self.decoding) + (self.prefilling is not None) + pending
         return self.max_decode_seqs is None or active == 0 or active + num_seqs <= self.max_decode_seqs
 
-    def _admit_bin(self) -> Plan | None:
+    def _admit_bin(self, pending: int = 0) -> Plan | None:
         if not self.waiting_bins:
             return None
         if self._bin_may_wait(self.waiting_bins[0]):
             return None
         self._cut_to_step(self.waiting_bins[0])
         work = self.waiting_bins[0]
-        if not self._decode_has_room(len(work.seqs)):
+        if not self._decode_has_room(len(work.seqs), pending):
             return None
         sizes = [s.slab_rows for s in work.seqs]
         starts = self.slabs.allocate_all(sizes)

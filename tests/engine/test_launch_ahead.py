@@ -1,0 +1,134 @@
+"""A bin's prefill queued behind the step before it, read one step later (`Engine._launch_ahead`)."""
+
+import random
+
+import pytest
+import torch
+
+from worker.engine.kv_arena import SlabAllocator
+from worker.engine.plans import Decode, PrefillBin
+from worker.engine.scheduler import Scheduler
+from worker.engine.sequence import SamplingParams, Sequence
+
+from tests.engine.helpers import make_engine, random_prompts, reference_greedy, run_until_done
+
+
+def _count_ahead(engine) -> list:
+    """Every plan `admit_bin_ahead` hands the engine, with the decode batch's size at that moment."""
+    admitted, original = [], engine.scheduler.admit_bin_ahead
+
+    def admit_bin_ahead(joining, leaving):
+        plan = original(joining, leaving)
+        if plan is not None:
+            admitted.append((plan, len(engine.scheduler.decoding), joining, leaving))
+        return plan
+
+    engine.scheduler.admit_bin_ahead = admit_bin_ahead
+    return admitted
+
+
+def test_bins_prefilled_behind_the_step_before_give_the_reference_outputs(tiny_model):
+    engine = make_engine(tiny_model, token_budget=24, alignment=1)  # a bin holds one or two prompts
+    admitted = _count_ahead(engine)
+    prompts = random_prompts(8, 6, 14, seed=60)
+    news = [2, 5, 3, 7, 1, 4, 6, 2]
+    seqs = [engine.add(p, SamplingParams(max_new_tokens=n)) for p, n in zip(prompts, news)]
+    run_until_done(engine, seqs)
+    assert any(joining > 0 for _, _, joining, _ in admitted)  # a bin behind a bin's prefill
+    assert [s.output for s in seqs] == [reference_greedy(tiny_model, p, n) for p, n in zip(prompts, news)]
+    assert all(s.error is None and s.finish_reason == "length" for s in seqs)
+    engine.step()  # nothing left in flight, nothing held
+    assert engine._in_flight is None and engine.scheduler.slabs.num_used_rows == 0
+
+
+def test_rows_at_their_length_limit_make_room_behind_their_last_decode_step(tiny_model):
+    engine = make_engine(tiny_model, token_budget=16, alignment=1, max_decode_seqs=2)
+    admitted = _count_ahead(engine)
+    decode_sizes, original = [], engine.runner.decode
+    engine.runner.decode = lambda ids, *rest: (decode_sizes.append(len(ids)), original(ids, *rest))[1]
+    first = [engine.add(p, SamplingParams(max_new_tokens=2)) for p in random_prompts(2, 5, 7, seed=61)]
+    while not all(s.output for s in first):  # both prefilled, decoding
+        engine.step()
+    later_prompts = random_prompts(2, 5, 7, seed=62)
+    later = [engine.add(p, SamplingParams(max_new_tokens=3)) for p in later_prompts]
+    run_until_done(engine, first + later)
+    # the later bin was admitted while both first rows still decoded, because both left at that step
+    assert any(decoding == 2 and leaving == 2 for _, decoding, _, leaving in admitted)
+    assert max(decode_sizes) <= 2  # the bound held
+    assert [s.output for s in later] == [reference_greedy(tiny_model, p, 3) for p in later_prompts]
+
+
+def test_bins_launched_ahead_with_shared_heads_and_evictions_stay_exact(tiny_model):
+    rng = random.Random(64)
+    heads = [[rng.randrange(3, 256) for _ in range(25)] for _ in range(3)]
+    prompts = [heads[i % 3] + [rng.randrange(3, 256) for _ in range(rng.randint(2, 9))] for i in range(12)]
+    engine = make_engine(tiny_model, token_budget=40, alignment=1, prefix_blocks=8)  # two heads at most
+    admitted = _count_ahead(engine)
+    news = [3 + i % 4 for i in range(12)]
+    seqs = []
+    for wave in range(3):  # later waves find heads cached, parked or evicted
+        seqs += [engine.add(p, SamplingParams(max_new_tokens=n)) for p, n in
+                 zip(prompts[wave * 4:(wave + 1) * 4], news[wave * 4:(wave + 1) * 4])]
+        for _ in range(3):
+            engine.step()
+    run_until_done(engine, seqs)
+    assert admitted and engine.prefix.stats()["hit_tokens"] > 0
+    assert [s.output for s in seqs] == [reference_greedy(tiny_model, p, n) for p, n in zip(prompts, news)]
+    engine.step()
+    assert engine.prefix.cache.num_pinned_blocks == 0 and engine.scheduler.slabs.num_used_rows == 0
+
+
+def test_out_of_memory_in_a_bin_launched_ahead_retries_it_and_keeps_the_step_before(tiny_model):
+    engine = make_engine(tiny_model, token_budget=40, alignment=1)
+    admitted = _count_ahead(engine)
+    original, failed = engine.runner.prefill_bin, []
+
+    def prefill_bin(device_bin, starts, *rest, **kw):
+        if admitted and not failed and len(starts) > 1:  # the first multi-prompt bin launched ahead
+            failed.append(len(starts))
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return original(device_bin, starts, *rest, **kw)
+
+    engine.runner.prefill_bin = prefill_bin
+    prompts = random_prompts(10, 4, 9, seed=63)
+    seqs = [engine.add(p, SamplingParams(max_new_tokens=4)) for p in prompts]
+    run_until_done(engine, seqs)
+    assert failed and engine.oom.events == 1
+    assert [s.output for s in seqs] == [reference_greedy(tiny_model, p, 4) for p in prompts]
+    assert all(s.error is None for s in seqs)
+
+
+def _seq(i: int, n: int, new: int = 4) -> Sequence:
+    return Sequence(i, list(range(3, 3 + n)), SamplingParams(max_new_tokens=new))
+
+
+def test_scheduler_admits_a_bin_ahead_only_with_room_after_the_launched_step():
+    sched = Scheduler(SlabAllocator(200), eos_ids=(), chunk_tokens=64, max_decode_seqs=4)
+    running = [_seq(i, 8) for i in range(3)]
+    sched.add_bin("bin-a", running)
+    sched.postprocess(sched.schedule(), [7, 7, 7])  # three decode now
+    sched.add_bin("bin-b", [_seq(3, 8), _seq(4, 8)])
+    assert isinstance(sched.schedule(), Decode)  # 3 + 2 > 4: the bin waits
+    assert sched.admit_bin_ahead(joining=0, leaving=0) is None
+    plan = sched.admit_bin_ahead(joining=0, leaving=1)  # one row leaves at this step: 2 + 2 fit
+    assert isinstance(plan, PrefillBin) and plan.bin == "bin-b" and all(s.slab_start >= 0 for s in plan.seqs)
+    sched.add_bin("bin-c", [_seq(5, 8)])
+    assert sched.admit_bin_ahead(joining=2, leaving=1) is None  # bin-b's two join: 3 + 2 - 1 + 1 > 4
+    mixed = Scheduler(SlabAllocator(200), eos_ids=(), chunk_tokens=64, mixed_steps=True)
+    mixed.add_bin("bin", [_seq(0, 8)])
+    assert mixed.admit_bin_ahead(joining=0, leaving=0) is None  # a mixed step carries the decode rows
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the device-to-host read needs a GPU")
+def test_a_steps_tokens_are_read_as_they_were_when_launched_whatever_is_queued_behind():
+    from worker.engine.engine import _start_read
+
+    tokens = torch.arange(4096, device="cuda")
+    big = torch.randn(4096, 4096, device="cuda")
+    host, copied = _start_read(tokens)
+    for _ in range(8):  # work queued behind the read, some of it overwriting the tokens
+        big = torch.tanh(big @ big)
+        tokens.add_(big[0, :4096].long())
+    copied.synchronize()
+    assert host.device.type == "cpu" and host.is_pinned()
+    assert torch.equal(host, torch.arange(4096))
