@@ -17,8 +17,8 @@ def _count_ahead(engine) -> list:
     """Every plan `admit_bin_ahead` hands the engine, with the decode batch's size at that moment."""
     admitted, original = [], engine.scheduler.admit_bin_ahead
 
-    def admit_bin_ahead(joining, leaving):
-        plan = original(joining, leaving)
+    def admit_bin_ahead(joining, leaving, after_prefill):
+        plan = original(joining, leaving, after_prefill)
         if plan is not None:
             admitted.append((plan, len(engine.scheduler.decoding), joining, leaving))
         return plan
@@ -109,14 +109,30 @@ def test_scheduler_admits_a_bin_ahead_only_with_room_after_the_launched_step():
     sched.postprocess(sched.schedule(), [7, 7, 7])  # three decode now
     sched.add_bin("bin-b", [_seq(3, 8), _seq(4, 8)])
     assert isinstance(sched.schedule(), Decode)  # 3 + 2 > 4: the bin waits
-    assert sched.admit_bin_ahead(joining=0, leaving=0) is None
-    plan = sched.admit_bin_ahead(joining=0, leaving=1)  # one row leaves at this step: 2 + 2 fit
+    assert sched.admit_bin_ahead(joining=0, leaving=0, after_prefill=False) is None
+    plan = sched.admit_bin_ahead(joining=0, leaving=1, after_prefill=False)  # one row leaves at this step: 2 + 2 fit
     assert isinstance(plan, PrefillBin) and plan.bin == "bin-b" and all(s.slab_start >= 0 for s in plan.seqs)
     sched.add_bin("bin-c", [_seq(5, 8)])
-    assert sched.admit_bin_ahead(joining=2, leaving=1) is None  # bin-b's two join: 3 + 2 - 1 + 1 > 4
+    assert sched.admit_bin_ahead(joining=2, leaving=1, after_prefill=True) is None  # bin-b's two join: 3 + 2 - 1 + 1 > 4
     mixed = Scheduler(SlabAllocator(200), eos_ids=(), chunk_tokens=64, mixed_steps=True)
     mixed.add_bin("bin", [_seq(0, 8)])
-    assert mixed.admit_bin_ahead(joining=0, leaving=0) is None  # a mixed step carries the decode rows
+    assert mixed.admit_bin_ahead(joining=0, leaving=0, after_prefill=False) is None  # a mixed step carries the decode rows
+
+
+def test_behind_a_bins_prefill_a_small_bin_waits_for_decode_as_it_would_once_that_prefill_ran():
+    sched = Scheduler(SlabAllocator(400), eos_ids=(), chunk_tokens=64)
+    sched.add_bin("bin-a", [_seq(0, 8)])
+    launched = sched.schedule()  # bin-a's prefill, its tokens not applied yet
+    sched.add_bin("bin-b", [_seq(1, 8)])  # 8 prompt tokens of a 64-token budget: small
+    assert sched.admit_bin_ahead(joining=1, leaving=0, after_prefill=True) is None  # bin-a's row will decode
+    sched.postprocess(launched, [5])
+    sched.waiting_bins.clear()
+    sched.add_bin("bin-c", [_seq(2, 16), _seq(3, 16)])  # 32 of 64: full enough never to wait
+    plan = sched.admit_bin_ahead(joining=1, leaving=0, after_prefill=True)
+    assert isinstance(plan, PrefillBin) and plan.bin == "bin-c"
+    alone = Scheduler(SlabAllocator(400), eos_ids=(), chunk_tokens=64)
+    alone.add_bin("bin-d", [_seq(4, 8, new=1)])
+    assert isinstance(alone.admit_bin_ahead(joining=0, leaving=0, after_prefill=True), PrefillBin)  # nobody decodes
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the device-to-host read needs a GPU")

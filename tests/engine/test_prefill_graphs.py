@@ -111,11 +111,10 @@ def test_a_bucket_whose_graph_cannot_be_captured_runs_eagerly_from_then_on(tiny_
     assert runner.prefill_step._graphs == {}
 
 
-def test_prefill_graphs_are_wanted_for_small_models_unless_the_variable_says_otherwise():
-    from worker.engine.runner import PREFILL_GRAPHS_MAX_PARAMS, wants_prefill_graphs
+def test_prefill_graphs_only_when_the_variable_asks_for_them():
+    from worker.engine.runner import wants_prefill_graphs
 
-    assert wants_prefill_graphs(135_000_000, None) and wants_prefill_graphs(135_000_000, "")
-    assert not wants_prefill_graphs(PREFILL_GRAPHS_MAX_PARAMS, None)  # a 7B: eager unless asked
-    assert wants_prefill_graphs(7_600_000_000, "1") and not wants_prefill_graphs(135_000_000, "0")
+    assert wants_prefill_graphs("1")
+    assert not wants_prefill_graphs(None) and not wants_prefill_graphs("") and not wants_prefill_graphs("0")
     with pytest.raises(ValueError, match="TELESUM_PREFILL_GRAPHS must be 0 or 1, not 'yes'"):
-        wants_prefill_graphs(135_000_000, "yes")
+        wants_prefill_graphs("yes")

@@ -41,7 +41,8 @@ def _to_cuda(b):
 
 
 @pytest.mark.parametrize("through_tape", [False, True], ids=["from-zero", "through-the-tape"])
-def test_a_replayed_prefill_matches_the_eager_one(smol, through_tape):
+def test_a_replayed_prefill_matches_the_eager_one(smol, through_tape, monkeypatch):
+    monkeypatch.setenv("TELESUM_PREFILL_GRAPHS", "1")  # off by default
     eager, graphed = _pair(smol)
     assert graphed.prefill_step is not None
     for seed in range(2):  # the second bin replays the first one's graph

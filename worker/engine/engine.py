@@ -228,11 +228,11 @@ class Engine:
             return False
         self._take_work()
         if isinstance(plan, PrefillBin):  # its sequences join the decode batch when it is read
-            ahead = self.scheduler.admit_bin_ahead(joining=len(plan.seqs), leaving=0)
+            ahead = self.scheduler.admit_bin_ahead(joining=len(plan.seqs), leaving=0, after_prefill=True)
         else:  # rows this step takes to their length limit leave it then
             batch = self.scheduler.decoding
             ahead = self.scheduler.admit_bin_ahead(
-                joining=0, leaving=int(np.count_nonzero(batch.out_len + 1 >= batch.max_new)))
+                joining=0, leaving=int(np.count_nonzero(batch.out_len + 1 >= batch.max_new)), after_prefill=False)
         if ahead is None:
             return False
         self._in_flight = self._launch(Launched(ahead, now, time.perf_counter()))

@@ -40,6 +40,11 @@ MIN_CHUNK_TOKENS = 256
 _COST_WINDOW = 9
 
 
+def is_small_bin(prompt_tokens: int, token_budget: int) -> bool:
+    """A bin under half the budget: paced while sequences decode (a fuller one never waits)."""
+    return 2 * prompt_tokens < token_budget
+
+
 class PrefillPacer:
     """Run times of past steps -> pacing of small bins and the prompt tokens one step may prefill."""
 
@@ -83,7 +88,7 @@ class PrefillPacer:
 
     def small_bin_waits(self, prompt_tokens: int, token_budget: int) -> bool:
         """While sequences decode: a bin under half the budget waits for decoding's share."""
-        return (2 * prompt_tokens < token_budget
+        return (is_small_bin(prompt_tokens, token_budget)
                 and self._decode_since_prefill_s
                 < DECODE_TIME_PER_PREFILL * min(self._last_prefill_s, PREFILL_FIXED_COST_S))
 

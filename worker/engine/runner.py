@@ -31,18 +31,12 @@ class DecodeRows:
     slab_starts: np.ndarray
 
 
-# Below this many parameters a prefill forward is launch-bound: replaying it from a graph measured
-# +42 % records/s at 2 new tokens, +5 % at 64 (SmolLM2-135M shape, one H100, bench/NOTES.md). A larger
-# model's forward keeps the GPU busy longer than its launches take, and its graphs' memory pool would
-# hold activations of a full bin beside the eager ones.
-PREFILL_GRAPHS_MAX_PARAMS = 1_000_000_000
-
-
-def wants_prefill_graphs(num_params: int, setting: str | None) -> bool:
-    """TELESUM_PREFILL_GRAPHS: "0" never, "1" always, unset: for models under PREFILL_GRAPHS_MAX_PARAMS."""
-    if setting is None or setting == "":
-        return num_params < PREFILL_GRAPHS_MAX_PARAMS
-    if setting not in ("0", "1"):
+def wants_prefill_graphs(setting: str | None) -> bool:
+    """TELESUM_PREFILL_GRAPHS: "1" replays packed bins' prefills from CUDA graphs; unset or "0" runs
+    them eagerly. Off by default: the graphs' memory pool grows beside the arena the probe sized for
+    eager prefills, and at capacity on an H100 that pushed bins into out-of-memory splits (bench/NOTES.md,
+    2026-12-07). +42 % records/s at 2 new tokens where memory allowed (SmolLM2-135M shape)."""
+    if setting not in (None, "", "0", "1"):
         raise ValueError(f"TELESUM_PREFILL_GRAPHS must be 0 or 1, not {setting!r}")
     return setting == "1"
 
@@ -71,7 +65,7 @@ class ModelRunner:
                                         max_seqlen_k=max_seqlen_k, use_graphs=decode_graphs)
         self.prefill_step: PrefillGraphs | None = None
         if largest_bin is not None and self.decode_step.use_graphs and wants_prefill_graphs(
-                sum(p.numel() for p in model.parameters()), os.environ.get(PREFILL_GRAPHS_ENV)):
+                os.environ.get(PREFILL_GRAPHS_ENV)):
             self.prefill_step = PrefillGraphs(model, kv, self.device, max_tokens=largest_bin[0],
                                               max_seqs=largest_bin[1], max_seqlen_k=max_seqlen_k, use_graphs=True)
 

@@ -24,7 +24,7 @@ from worker.engine.decode_batch import DecodeBatch
 from worker.engine.errors import ArenaTooSmall
 from worker.engine.kv_arena import SlabAllocator
 from worker.engine.plans import Decode, Fail, MixedStep, Plan, PrefillBin, PrefillChunk
-from worker.engine.prefill_pacing import PrefillPacer
+from worker.engine.prefill_pacing import PrefillPacer, is_small_bin
 from worker.engine.sequence import Sequence, SequenceStatus
 from worker.engine.stops import StopChecker
 
@@ -116,14 +116,19 @@ class Scheduler:
         self._last_was_chunk = False
         return Decode(list(self.decoding.seqs)) if self.decoding else None
 
-    def admit_bin_ahead(self, joining: int, leaving: int) -> Plan | None:
+    def admit_bin_ahead(self, joining: int, leaving: int, after_prefill: bool) -> Plan | None:
         """The oldest waiting bin, admitted while a launched step's tokens are not applied yet, so
         that the engine queues its prefill behind that step; None when it may not be admitted now.
         joining: sequences that step adds to the decode batch when applied (a bin's); leaving: rows
         it certainly takes out (at their length limit). Its finished sequences' slabs are not free
-        yet, so a bin that needs them waits for the next step. Never with mixed steps, where a bin's
+        yet, so a bin that needs them waits for the next step. After a bin's prefill, a small bin
+        waits as it would once that prefill is timed (decode has had none of its share since); a
+        full bin goes straight behind it, as it would anyway. Never with mixed steps, where a bin's
         prefill carries the decode rows instead. A PrefillBin, or (as from `schedule`) a Fail."""
-        if self.mixed_steps:
+        if self.mixed_steps or not self.waiting_bins:
+            return None
+        first = self.waiting_bins[0]
+        if after_prefill and (self.decoding or joining) and is_small_bin(first.prompt_tokens, self.chunk_tokens):
             return None
         plan = self._admit_bin(joining - leaving)
         self._last_was_part = isinstance(plan, PrefillBin) and plan.is_part
