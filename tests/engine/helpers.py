@@ -19,7 +19,7 @@ from tests.engine.conftest import FakeDispatcher
 
 def make_engine(model, *, token_budget=64, capacity=2048, chunk_tokens=None, eos_ids=(),
                 detokenize=None, alignment=8, seed=0, prefix_blocks=0, block_size=8,
-                max_decode_seqs=None, mixed_steps=False) -> Engine:
+                max_decode_seqs=None, mixed_steps=False, launch_ahead=None) -> Engine:
     """prefix_blocks > 0: a prefix cache of that many blocks after the `capacity` slab rows."""
     kv = KVCache.allocate(model.cfg, capacity + prefix_blocks * block_size, torch.float32, "cpu")
     prefix = (PrefixReuse(kv, first_row=capacity, num_blocks=prefix_blocks, block_size=block_size)
@@ -27,7 +27,7 @@ def make_engine(model, *, token_budget=64, capacity=2048, chunk_tokens=None, eos
     return Engine(ModelRunner(model, kv, "cpu"), FakeDispatcher(token_budget, alignment), SlabAllocator(capacity),
                   eos_ids=eos_ids, max_context=model.cfg.max_position_embeddings,
                   chunk_tokens=chunk_tokens, detokenize=detokenize, seed=seed, prefix_reuse=prefix,
-                  max_decode_seqs=max_decode_seqs, mixed_steps=mixed_steps)
+                  max_decode_seqs=max_decode_seqs, mixed_steps=mixed_steps, launch_ahead=launch_ahead)
 
 
 def run_until_done(engine: Engine, seqs: list[Sequence], max_steps: int = 10_000) -> None:

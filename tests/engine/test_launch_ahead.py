@@ -1,4 +1,5 @@
-"""A bin's prefill queued behind the step before it, read one step later (`Engine._launch_ahead`)."""
+"""A bin's prefill queued behind the step before it, read one step later (`Engine._launch_ahead`).
+On by default on CUDA only; these CPU tests turn it on."""
 
 import random
 
@@ -28,7 +29,7 @@ def _count_ahead(engine) -> list:
 
 
 def test_bins_prefilled_behind_the_step_before_give_the_reference_outputs(tiny_model):
-    engine = make_engine(tiny_model, token_budget=24, alignment=1)  # a bin holds one or two prompts
+    engine = make_engine(tiny_model, token_budget=24, alignment=1, launch_ahead=True)  # a bin holds one or two prompts
     admitted = _count_ahead(engine)
     prompts = random_prompts(8, 6, 14, seed=60)
     news = [2, 5, 3, 7, 1, 4, 6, 2]
@@ -42,7 +43,7 @@ def test_bins_prefilled_behind_the_step_before_give_the_reference_outputs(tiny_m
 
 
 def test_rows_at_their_length_limit_make_room_behind_their_last_decode_step(tiny_model):
-    engine = make_engine(tiny_model, token_budget=16, alignment=1, max_decode_seqs=2)
+    engine = make_engine(tiny_model, token_budget=16, alignment=1, max_decode_seqs=2, launch_ahead=True)
     admitted = _count_ahead(engine)
     decode_sizes, original = [], engine.runner.decode
     engine.runner.decode = lambda ids, *rest: (decode_sizes.append(len(ids)), original(ids, *rest))[1]
@@ -62,7 +63,8 @@ def test_bins_launched_ahead_with_shared_heads_and_evictions_stay_exact(tiny_mod
     rng = random.Random(64)
     heads = [[rng.randrange(3, 256) for _ in range(25)] for _ in range(3)]
     prompts = [heads[i % 3] + [rng.randrange(3, 256) for _ in range(rng.randint(2, 9))] for i in range(12)]
-    engine = make_engine(tiny_model, token_budget=40, alignment=1, prefix_blocks=8)  # two heads at most
+    # the prefix cache holds two heads at most
+    engine = make_engine(tiny_model, token_budget=40, alignment=1, prefix_blocks=8, launch_ahead=True)
     admitted = _count_ahead(engine)
     news = [3 + i % 4 for i in range(12)]
     seqs = []
@@ -79,7 +81,7 @@ def test_bins_launched_ahead_with_shared_heads_and_evictions_stay_exact(tiny_mod
 
 
 def test_out_of_memory_in_a_bin_launched_ahead_retries_it_and_keeps_the_step_before(tiny_model):
-    engine = make_engine(tiny_model, token_budget=40, alignment=1)
+    engine = make_engine(tiny_model, token_budget=40, alignment=1, launch_ahead=True)
     admitted = _count_ahead(engine)
     original, failed = engine.runner.prefill_bin, []
 
@@ -113,10 +115,11 @@ def test_scheduler_admits_a_bin_ahead_only_with_room_after_the_launched_step():
     plan = sched.admit_bin_ahead(joining=0, leaving=1, after_prefill=False)  # one row leaves at this step: 2 + 2 fit
     assert isinstance(plan, PrefillBin) and plan.bin == "bin-b" and all(s.slab_start >= 0 for s in plan.seqs)
     sched.add_bin("bin-c", [_seq(5, 8)])
-    assert sched.admit_bin_ahead(joining=2, leaving=1, after_prefill=True) is None  # bin-b's two join: 3 + 2 - 1 + 1 > 4
+    # bin-b's two join: 3 + 2 - 1 + 1 > 4
+    assert sched.admit_bin_ahead(joining=2, leaving=1, after_prefill=True) is None
     mixed = Scheduler(SlabAllocator(200), eos_ids=(), chunk_tokens=64, mixed_steps=True)
     mixed.add_bin("bin", [_seq(0, 8)])
-    assert mixed.admit_bin_ahead(joining=0, leaving=0, after_prefill=False) is None  # a mixed step carries the decode rows
+    assert mixed.admit_bin_ahead(joining=0, leaving=0, after_prefill=False) is None  # mixed steps carry the rows
 
 
 def test_behind_a_bins_prefill_a_small_bin_waits_for_decode_as_it_would_once_that_prefill_ran():
@@ -148,3 +151,34 @@ def test_a_steps_tokens_are_read_as_they_were_when_launched_whatever_is_queued_b
     copied.synchronize()
     assert host.device.type == "cpu" and host.is_pinned()
     assert torch.equal(host, torch.arange(4096))
+
+
+def test_with_a_step_on_the_device_the_engine_only_peeks_for_the_next_bin(tiny_model):
+    """Blocking for a bin while a launched step waits to be read would hold a lone record's answer
+    back by the idle wait (20 ms a prefill at low load)."""
+    from worker.engine.engine import BUSY_TIMEOUT_S, IDLE_TIMEOUT_S
+
+    engine = make_engine(tiny_model, token_budget=32, launch_ahead=True)
+    waits, original = [], engine.dispatcher.next_bin
+    launched = []
+    engine.runner.prefill_bin = (lambda run: lambda *a, **kw: (launched.append(1), run(*a, **kw))[1])(
+        engine.runner.prefill_bin)
+
+    def next_bin(timeout):
+        waits.append((len(launched), timeout))
+        return original(timeout)
+
+    engine.dispatcher.next_bin = next_bin
+    seq = engine.add([5, 6, 7, 8], SamplingParams(max_new_tokens=1))  # answered by its prefill alone
+    run_until_done(engine, [seq])
+    assert seq.output == reference_greedy(tiny_model, [5, 6, 7, 8], 1)
+    assert waits[0] == (0, IDLE_TIMEOUT_S)  # idle: nothing launched yet, a wait is free
+    assert all(timeout == BUSY_TIMEOUT_S for n, timeout in waits if n > 0)  # the prefill launched: peek only
+
+
+def test_on_a_cpu_steps_are_not_launched_ahead_unless_asked(tiny_model):
+    engine = make_engine(tiny_model, token_budget=24, alignment=1)
+    admitted = _count_ahead(engine)
+    seqs = [engine.add(p, SamplingParams(max_new_tokens=3)) for p in random_prompts(6, 6, 14, seed=65)]
+    run_until_done(engine, seqs)
+    assert not engine.launch_ahead and admitted == []

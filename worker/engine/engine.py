@@ -76,12 +76,16 @@ class Engine:
     def __init__(self, runner: ModelRunner, dispatcher, slabs: SlabAllocator, *,
                  eos_ids: tuple[int, ...], max_context: int, chunk_tokens: int | None = None,
                  detokenize=None, seed: int = 0, prefix_reuse: PrefixReuse | None = None,
-                 max_decode_seqs: int | None = None, mixed_steps: bool = False) -> None:
+                 max_decode_seqs: int | None = None, mixed_steps: bool = False,
+                 launch_ahead: bool | None = None) -> None:
         """prefix_reuse: the shared-prefix cache (its region lies outside `slabs`); None = off.
         max_decode_seqs: sequences admitted to decode at once (the probe's measure); None = as the
         KV arena allows. mixed_steps: a bin's prefill carries the decoding sequences' next tokens in
-        the same forward (see scheduler.py); False: separate steps."""
+        the same forward (see scheduler.py); False: separate steps. launch_ahead: queue a bin's
+        prefill behind the step before it (`_launch_ahead`); default on CUDA only, where work is
+        queued: on a CPU every op runs as it is called, so it would reorder steps and overlap nothing."""
         self.runner = runner
+        self.launch_ahead = runner.device.type == "cuda" if launch_ahead is None else launch_ahead
         self.dispatcher = dispatcher
         self.prefix = prefix_reuse
         if prefix_reuse is not None and prefix_reuse.max_claim_tokens is None:
@@ -224,9 +228,9 @@ class Engine:
         steps for as long as a step's host work took). The launched step is then finished and the
         bin's prefill left in flight for the next step. Not after chunks or mixed steps."""
         plan = launched.plan
-        if not isinstance(plan, (PrefillBin, Decode)):
+        if not self.launch_ahead or not isinstance(plan, (PrefillBin, Decode)):
             return False
-        self._take_work()
+        self._take_work(launched=True)
         if isinstance(plan, PrefillBin):  # its sequences join the decode batch when it is read
             ahead = self.scheduler.admit_bin_ahead(joining=len(plan.seqs), leaving=0, after_prefill=True)
         else:  # rows this step takes to their length limit leave it then
@@ -244,14 +248,15 @@ class Engine:
         if plan is not None:
             self.scheduler.observe_step(plan, ended - taken)
 
-    def _take_work(self) -> None:
+    def _take_work(self, launched: bool = False) -> None:
+        """launched: a step is on the device, unread (then only peek for a bin, as while decoding)."""
         if self.prefix is not None:
             self._queue_woken()
         while not self._long_inbox.empty():
             self.scheduler.add_long(self._long_inbox.get())
         if self.scheduler.is_holding_bin or self._dispatcher_drained:
             return
-        busy = not self.scheduler.is_idle
+        busy = launched or self._in_flight is not None or not self.scheduler.is_idle
         try:
             packed = self.dispatcher.next_bin(BUSY_TIMEOUT_S if busy else IDLE_TIMEOUT_S)
         except DispatcherClosed:
