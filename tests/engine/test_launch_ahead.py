@@ -3,6 +3,7 @@ On by default on CUDA only; these CPU tests turn it on."""
 
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -15,13 +16,14 @@ from tests.engine.helpers import make_engine, random_prompts, reference_greedy, 
 
 
 def _count_ahead(engine) -> list:
-    """Every plan `admit_bin_ahead` hands the engine, with the decode batch's size at that moment."""
+    """Every plan `admit_bin_ahead` hands the engine, with the decode batch's size at that moment and
+    the launched step it goes behind."""
     admitted, original = [], engine.scheduler.admit_bin_ahead
 
-    def admit_bin_ahead(joining, leaving, after_prefill):
-        plan = original(joining, leaving, after_prefill)
+    def admit_bin_ahead(launched):
+        plan = original(launched)
         if plan is not None:
-            admitted.append((plan, len(engine.scheduler.decoding), joining, leaving))
+            admitted.append((plan, len(engine.scheduler.decoding), launched))
         return plan
 
     engine.scheduler.admit_bin_ahead = admit_bin_ahead
@@ -35,7 +37,7 @@ def test_bins_prefilled_behind_the_step_before_give_the_reference_outputs(tiny_m
     news = [2, 5, 3, 7, 1, 4, 6, 2]
     seqs = [engine.add(p, SamplingParams(max_new_tokens=n)) for p, n in zip(prompts, news)]
     run_until_done(engine, seqs)
-    assert any(joining > 0 for _, _, joining, _ in admitted)  # a bin behind a bin's prefill
+    assert any(isinstance(launched, PrefillBin) for _, _, launched in admitted)  # a bin behind a bin's prefill
     assert [s.output for s in seqs] == [reference_greedy(tiny_model, p, n) for p, n in zip(prompts, news)]
     assert all(s.error is None and s.finish_reason == "length" for s in seqs)
     engine.step()  # nothing left in flight, nothing held
@@ -53,8 +55,9 @@ def test_rows_at_their_length_limit_make_room_behind_their_last_decode_step(tiny
     later_prompts = random_prompts(2, 5, 7, seed=62)
     later = [engine.add(p, SamplingParams(max_new_tokens=3)) for p in later_prompts]
     run_until_done(engine, first + later)
-    # the later bin was admitted while both first rows still decoded, because both left at that step
-    assert any(decoding == 2 and leaving == 2 for _, decoding, _, leaving in admitted)
+    # the later bin was admitted behind a decode step while both first rows still decoded (bound 2):
+    # both left at that step
+    assert any(decoding == 2 and isinstance(launched, Decode) for _, decoding, launched in admitted)
     assert max(decode_sizes) <= 2  # the bound held
     assert [s.output for s in later] == [reference_greedy(tiny_model, p, 3) for p in later_prompts]
 
@@ -104,22 +107,31 @@ def _seq(i: int, n: int, new: int = 4) -> Sequence:
     return Sequence(i, list(range(3, 3 + n)), SamplingParams(max_new_tokens=new))
 
 
+def _decoding(max_news: list[int]) -> tuple[Scheduler, Decode]:
+    """A scheduler (at most 4 decoding) whose rows with these limits decode after one token each,
+    a bin of two waiting for room, and its next (decode) step."""
+    sched = Scheduler(SlabAllocator(400), eos_ids=(), chunk_tokens=64, max_decode_seqs=4)
+    sched.add_bin("bin-a", [_seq(i, 8, new=n) for i, n in enumerate(max_news)])
+    sched.postprocess(sched.schedule(), [7] * len(max_news))
+    sched.add_bin("bin-b", [_seq(10, 8), _seq(11, 8)])
+    step = sched.schedule()
+    assert isinstance(step, Decode)  # 3 + 2 > 4: the bin waits
+    return sched, step
+
+
 def test_scheduler_admits_a_bin_ahead_only_with_room_after_the_launched_step():
-    sched = Scheduler(SlabAllocator(200), eos_ids=(), chunk_tokens=64, max_decode_seqs=4)
-    running = [_seq(i, 8) for i in range(3)]
-    sched.add_bin("bin-a", running)
-    sched.postprocess(sched.schedule(), [7, 7, 7])  # three decode now
-    sched.add_bin("bin-b", [_seq(3, 8), _seq(4, 8)])
-    assert isinstance(sched.schedule(), Decode)  # 3 + 2 > 4: the bin waits
-    assert sched.admit_bin_ahead(joining=0, leaving=0, after_prefill=False) is None
-    plan = sched.admit_bin_ahead(joining=0, leaving=1, after_prefill=False)  # one row leaves at this step: 2 + 2 fit
+    sched, step = _decoding([4, 4, 4])
+    assert sched.admit_bin_ahead(step) is None  # no row leaves at this step
+    sched, step = _decoding([2, 4, 4])
+    plan = sched.admit_bin_ahead(step)  # one row leaves at this step: 2 + 2 fit
     assert isinstance(plan, PrefillBin) and plan.bin == "bin-b" and all(s.slab_start >= 0 for s in plan.seqs)
-    sched.add_bin("bin-c", [_seq(5, 8)])
-    # bin-b's two join: 3 + 2 - 1 + 1 > 4
-    assert sched.admit_bin_ahead(joining=2, leaving=1, after_prefill=True) is None
+    sched.add_bin("bin-c", [_seq(12, 40)])  # full enough never to wait for decode's share
+    assert sched.admit_bin_ahead(plan) is None  # behind bin-b's prefill its two join: 3 + 2 + 1 > 4
+    sched.decoding.keep(np.array([False, False, True]))  # two rows gone: 1 + 2 + 1 fit
+    assert isinstance(sched.admit_bin_ahead(plan), PrefillBin)
     mixed = Scheduler(SlabAllocator(200), eos_ids=(), chunk_tokens=64, mixed_steps=True)
     mixed.add_bin("bin", [_seq(0, 8)])
-    assert mixed.admit_bin_ahead(joining=0, leaving=0, after_prefill=False) is None  # mixed steps carry the rows
+    assert mixed.admit_bin_ahead(Decode([])) is None  # mixed steps carry the rows
 
 
 def test_behind_a_bins_prefill_a_small_bin_waits_for_decode_as_it_would_once_that_prefill_ran():
@@ -127,15 +139,16 @@ def test_behind_a_bins_prefill_a_small_bin_waits_for_decode_as_it_would_once_tha
     sched.add_bin("bin-a", [_seq(0, 8)])
     launched = sched.schedule()  # bin-a's prefill, its tokens not applied yet
     sched.add_bin("bin-b", [_seq(1, 8)])  # 8 prompt tokens of a 64-token budget: small
-    assert sched.admit_bin_ahead(joining=1, leaving=0, after_prefill=True) is None  # bin-a's row will decode
+    assert sched.admit_bin_ahead(launched) is None  # bin-a's row will decode
     sched.postprocess(launched, [5])
     sched.waiting_bins.clear()
     sched.add_bin("bin-c", [_seq(2, 16), _seq(3, 16)])  # 32 of 64: full enough never to wait
-    plan = sched.admit_bin_ahead(joining=1, leaving=0, after_prefill=True)
+    plan = sched.admit_bin_ahead(launched)
     assert isinstance(plan, PrefillBin) and plan.bin == "bin-c"
     alone = Scheduler(SlabAllocator(400), eos_ids=(), chunk_tokens=64)
     alone.add_bin("bin-d", [_seq(4, 8, new=1)])
-    assert isinstance(alone.admit_bin_ahead(joining=0, leaving=0, after_prefill=True), PrefillBin)  # nobody decodes
+    nobody = PrefillBin("bin-0", [])  # a launched prefill that adds no row to decode
+    assert isinstance(alone.admit_bin_ahead(nobody), PrefillBin)  # nobody decodes
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the device-to-host read needs a GPU")

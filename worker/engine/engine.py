@@ -203,11 +203,12 @@ class Engine:
         A bin's prefill may be launched ahead, behind the step before it, and read in the next step
         (`_launch_ahead`). False once closed and drained."""
         started = time.perf_counter()
-        self._take_work()
         before, self._in_flight = self._in_flight, None
-        if before is not None and self._launch_ahead(before, started):
+        if before is None:
+            self._take_work()
+        elif self._launch_ahead(before, started):  # takes work itself
             return True
-        if before is not None:
+        else:
             self._finish(before)
         plan = self.scheduler.schedule()
         taken = time.perf_counter()
@@ -227,16 +228,10 @@ class Engine:
         thread applies them, instead of waiting for this thread to launch it (the GPU idled between
         steps for as long as a step's host work took). The launched step is then finished and the
         bin's prefill left in flight for the next step. Not after chunks or mixed steps."""
-        plan = launched.plan
-        if not self.launch_ahead or not isinstance(plan, (PrefillBin, Decode)):
+        if not self.launch_ahead or not isinstance(launched.plan, (PrefillBin, Decode)):
             return False
         self._take_work(launched=True)
-        if isinstance(plan, PrefillBin):  # its sequences join the decode batch when it is read
-            ahead = self.scheduler.admit_bin_ahead(joining=len(plan.seqs), leaving=0, after_prefill=True)
-        else:  # rows this step takes to their length limit leave it then
-            batch = self.scheduler.decoding
-            ahead = self.scheduler.admit_bin_ahead(
-                joining=0, leaving=int(np.count_nonzero(batch.out_len + 1 >= batch.max_new)), after_prefill=False)
+        ahead = self.scheduler.admit_bin_ahead(launched.plan)
         if ahead is None:
             return False
         self._in_flight = self._launch(Launched(ahead, now, time.perf_counter()))
@@ -256,7 +251,7 @@ class Engine:
             self.scheduler.add_long(self._long_inbox.get())
         if self.scheduler.is_holding_bin or self._dispatcher_drained:
             return
-        busy = launched or self._in_flight is not None or not self.scheduler.is_idle
+        busy = launched or not self.scheduler.is_idle
         try:
             packed = self.dispatcher.next_bin(BUSY_TIMEOUT_S if busy else IDLE_TIMEOUT_S)
         except DispatcherClosed:

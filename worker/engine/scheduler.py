@@ -116,23 +116,29 @@ class Scheduler:
         self._last_was_chunk = False
         return Decode(list(self.decoding.seqs)) if self.decoding else None
 
-    def admit_bin_ahead(self, joining: int, leaving: int, after_prefill: bool) -> Plan | None:
-        """The oldest waiting bin, admitted while a launched step's tokens are not applied yet, so
-        that the engine queues its prefill behind that step; None when it may not be admitted now.
-        joining: sequences that step adds to the decode batch when applied (a bin's); leaving: rows
-        it certainly takes out (at their length limit). Its finished sequences' slabs are not free
-        yet, so a bin that needs them waits for the next step. After a bin's prefill, a small bin
-        waits as it would once that prefill is timed (decode has had none of its share since); a
-        full bin goes straight behind it, as it would anyway. Never with mixed steps, where a bin's
-        prefill carries the decode rows instead. A PrefillBin, or (as from `schedule`) a Fail."""
+    def admit_bin_ahead(self, launched: Plan) -> Plan | None:
+        """The oldest waiting bin, admitted while the `launched` step's tokens are not applied yet,
+        so that the engine queues its prefill behind that step; None when it may not be admitted
+        now. Room counts the sequences a launched bin adds to the decode batch, and the rows a
+        launched decode step takes to their length limit; the slabs its finished sequences free are
+        not free yet, so a bin that needs them waits for the next step. Behind a bin's prefill, a
+        small bin waits as it would once that prefill is timed (decode has had none of its share
+        since); a full bin goes straight behind it, as it would anyway. Never with mixed steps, where
+        a bin's prefill carries the decode rows instead. A PrefillBin, or (as from `schedule`) a Fail."""
         if self.mixed_steps or not self.waiting_bins:
             return None
-        first = self.waiting_bins[0]
-        if after_prefill and (self.decoding or joining) and is_small_bin(first.prompt_tokens, self.chunk_tokens):
+        if isinstance(launched, PrefillBin):
+            pending = len(launched.seqs)
+            if (self.decoding or pending) and is_small_bin(self.waiting_bins[0].prompt_tokens, self.chunk_tokens):
+                return None
+        elif isinstance(launched, Decode):
+            batch = self.decoding
+            pending = -int(np.count_nonzero(batch.out_len + 1 >= batch.max_new))
+        else:
             return None
-        plan = self._admit_bin(joining - leaving)
-        self._last_was_part = isinstance(plan, PrefillBin) and plan.is_part
-        return plan
+        admitted = self._admit_bin(pending)
+        self._last_was_part = isinstance(admitted, PrefillBin) and admitted.is_part
+        return admitted
 
     def observe_step(self, plan: Plan, seconds: float) -> None:
         """How long a step took to run (the engine reports each one): paces small bins' prefills and
