@@ -33,7 +33,7 @@ def test_probe_command_without_a_gpu_exits_2(caplog):
 def test_format_table_shows_every_budget_and_its_source():
     b = ProbeResult(token_budget=576_000, kv_rows=730_112, max_decode_seqs=633, peak_bytes=135 * 2**30,
                     seconds=21.4, warmup_seconds=3.0, source="cache", bin_limit=640_000, free_bytes=124 * 2**30,
-                    decode_graph_bytes=3 * 2**29, headroom_bytes=4 * 2**30,
+                    decode_graph_bytes=3 * 2**29, prefill_graph_bytes=2**30, headroom_bytes=4 * 2**30,
                     seq_tokens=1024, device_name="NVIDIA H200", total_bytes=140 * 2**30, cache_path="/c/x.json")
     text = format_table(b, "qwen", "bfloat16", 128)
     assert "NVIDIA H200, qwen (bfloat16)" in text
@@ -41,5 +41,5 @@ def test_format_table_shows_every_budget_and_its_source():
         assert f"  {name} " in text
     assert "1,153 rows per sequence" in text  # 730,112 rows over 633 sequences in flight
     for needle in ("576,000", "90 % of the largest bin that ran, 640,000", "730,112", "633",
-                   "135.0 GiB", "of 140.0 GiB", "1.50 GiB decode graphs", "21.4", "when it was probed", "cache", "/c/x.json"):
+                   "135.0 GiB", "of 140.0 GiB", "1.50 GiB decode graphs, 1.00 GiB prefill graphs", "21.4", "when it was probed", "cache", "/c/x.json"):
         assert needle in text

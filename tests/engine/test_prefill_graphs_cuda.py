@@ -59,3 +59,26 @@ def test_a_replayed_prefill_matches_the_eager_one(smol, through_tape, monkeypatc
         assert torch.equal(got.argmax(-1), want.argmax(-1))
         for mine, theirs in zip(graphed.kv.k + graphed.kv.v, eager.kv.k + eager.kv.v):
             assert (mine.float() - theirs.float()).abs().max().item() <= 0.02 * theirs.abs().max().item()
+
+
+def _pool_bytes(pool) -> int:
+    return sum(s["total_size"] for s in torch.cuda.memory_snapshot() if tuple(s["segment_pool_id"]) == tuple(pool))
+
+
+def test_smaller_buckets_reuse_the_pool_the_largest_sized(smol, monkeypatch):
+    """The worker captures the largest bucket first, as the probe held it: a smaller bin's capture
+    afterwards takes no new memory for the graphs' pool (the arena was sized beside that pool)."""
+    monkeypatch.setenv("TELESUM_PREFILL_GRAPHS", "1")
+    eager, graphed = _pair(smol)
+    graphs = graphed.prefill_step
+    assert graphs.capture_largest() == 2 and len(graphs._graphs) == 2
+    pool = _pool_bytes(graphs._pool)
+    assert pool > 0
+    b = _to_cuda(_bin([301, 77, 512, 5, 260], SMOL["vocab_size"], seed=0))
+    starts = [0, 1024, 2048, 3072, 4096]
+    want = eager.prefill_bin(b, starts, _spans(b), 1024)
+    got = graphed.prefill_bin(b, starts, _spans(b), 1024)
+    torch.cuda.synchronize()
+    assert len(graphs._graphs) == 3  # the small bin's own bucket, captured after the largest
+    assert _pool_bytes(graphs._pool) == pool
+    assert torch.equal(got.argmax(-1), want.argmax(-1))

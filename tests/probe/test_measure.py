@@ -154,3 +154,22 @@ def test_probe_through_the_real_passes_finds_the_injected_limit(loaded):
     assert r.token_budget * per_token + (r.kv_rows + 1) * per_row <= capacity
     bucket = min(b for b in decode_buckets(1024) if b >= r.max_decode_seqs)  # decode pads the batch to its bucket
     assert r.max_decode_seqs == r.kv_rows // (128 + 32) and bucket in shapes  # the decode trial ran that batch
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="prefill graphs need a GPU")
+def test_held_prefill_graphs_take_memory_until_replaced_or_released():
+    """On a GPU: the largest bin's prefill graphs hold memory (their pool and logits buffer) that the
+    probe sees as gone; a smaller bin's graphs replace them, and releasing frees them."""
+    on_gpu = random_model(ModelConfig.tiny(num_layers=4, max_position_embeddings=4096, hidden_size=512,
+                                           num_heads=8, num_kv_heads=4, head_dim=64, intermediate_size=2048),
+                          device="cuda", dtype=torch.bfloat16,
+                          backend="torch_fa2")
+    m = TorchMeasurer(on_gpu, "cuda")
+    free = m.free_bytes()
+    large = m.hold_prefill_graphs(32768)
+    assert large > 32768 * 2048 * 2  # at least the MLP's activations of a 32,768-token bin
+    assert m.free_bytes() <= free - large
+    small = m.hold_prefill_graphs(4096)
+    assert 0 < small < large and m.free_bytes() > free - large
+    m.release_graphs()
+    assert m.free_bytes() >= free - (64 << 20)

@@ -14,8 +14,8 @@ from hypothesis import given, settings, strategies as st
 from worker.model.config import ModelConfig
 from worker.probe import ProbeError, probe_budgets
 from worker.probe import cache as probe_cache
-from worker.probe.search import (ALIGN, BIN_MARGIN, MAX_BIN_TOKENS, Trial, headroom_for, largest_passing,
-                                 run_probe)
+from worker.probe.search import (ALIGN, BIN_MARGIN, MAX_BIN_TOKENS, PREFILL_GRAPHS_SHARE, Trial, headroom_for,
+                                 largest_passing, run_probe)
 
 GiB = 1 << 30
 
@@ -23,8 +23,9 @@ GiB = 1 << 30
 @dataclass
 class FakeDevice:
     """A device whose memory is a formula: a pass fits when arena + activations (+ the full pass's
-    logits) <= free (less the decode graphs while they are held). Activations are rounded up to 2 MiB
-    blocks, so the linear fit is close, not exact."""
+    logits) <= free (less the graphs while they are held). Activations are rounded up to 2 MiB
+    blocks, so the linear fit is close, not exact. A bin's prefill graphs hold its activations again
+    in their own pool."""
 
     free: int = 80 * GiB
     total_bytes: int = 96 * GiB
@@ -38,6 +39,7 @@ class FakeDevice:
     max_context: int = 32768
     graph_bytes: int = 0  # what the decode graphs hold once captured
     graphs_held: bool = False
+    prefill_graphs_held: int = 0  # bytes the prefill graphs hold
     calls: list = field(default_factory=list)
 
     def need(self, tokens: int, kv_rows: int, seq: int, full: bool) -> int:
@@ -47,14 +49,22 @@ class FakeDevice:
         return (kv_rows + 1) * self.kv_bytes_per_row + act
 
     def free_bytes(self) -> int:
-        return self.free - (self.graph_bytes if self.graphs_held else 0)
+        return self.free - (self.graph_bytes if self.graphs_held else 0) - self.prefill_graphs_held
 
     def hold_decode_graphs(self) -> int:
         self.graphs_held = True
         return self.graph_bytes
 
-    def release_decode_graphs(self) -> None:
-        self.graphs_held = False
+    def prefill_graph_bytes(self, bin_tokens: int) -> int:
+        return self.need(bin_tokens, 0, 1, False) - (self.kv_bytes_per_row)
+
+    def hold_prefill_graphs(self, bin_tokens: int) -> int:
+        self.calls.append(("hold_prefill_graphs", bin_tokens))
+        self.prefill_graphs_held = self.prefill_graph_bytes(bin_tokens)
+        return self.prefill_graphs_held
+
+    def release_graphs(self) -> None:
+        self.graphs_held, self.prefill_graphs_held = False, 0
 
     def warm_up(self, seq_tokens: int) -> None:
         self.calls.append(("warm_up", seq_tokens))
@@ -176,6 +186,29 @@ def test_run_probe_budgets_leave_the_headroom_beside_the_decode_graphs(bin_token
     assert beside_graphs(without, full=False) + r.headroom_bytes > dev.free
 
 
+@pytest.mark.parametrize("bin_tokens", [None, 65536])
+def test_run_probe_with_prefill_graphs_plans_the_arena_beside_them(bin_tokens):
+    """With prefill graphs on, the budget bin's graphs hold a second copy of its activations beside
+    the eager ones: the arena is planned beside both (and the decode graphs), the budget's graphs
+    are captured once the budget is known, and every graph is released when the probe ends."""
+    dev = FakeDevice(graph_bytes=3 * GiB)
+    r = run_probe(dev, max_new_tokens=128, typical_prompt_tokens=1024, bin_tokens=bin_tokens, prefill_graphs=True)
+    held = dev.prefill_graph_bytes(r.token_budget)
+    assert r.prefill_graph_bytes == held > GiB
+    assert ("hold_prefill_graphs", r.token_budget) in dev.calls and not dev.prefill_graphs_held
+    assert r.peak_bytes >= dev.resident_bytes + 3 * GiB + held
+    with_graphs = dev.need(r.token_budget, r.kv_rows, r.seq_tokens, False) + 3 * GiB + held
+    assert with_graphs + r.headroom_bytes <= dev.free  # the headroom is left with both graphs held
+    if bin_tokens is None:  # a probed bin keeps half the usual share of the limit: its activations count twice
+        assert r.token_budget == int(r.bin_limit * (1 - BIN_MARGIN) * PREFILL_GRAPHS_SHARE) // ALIGN * ALIGN
+    # an arena planned without the prefill graphs would eat that headroom once the worker captures them
+    without = run_probe(FakeDevice(graph_bytes=3 * GiB), max_new_tokens=128, typical_prompt_tokens=1024,
+                        bin_tokens=r.token_budget)
+    assert without.prefill_graph_bytes == 0
+    assert dev.need(without.token_budget, without.kv_rows, without.seq_tokens, False) + 3 * GiB + held \
+        + r.headroom_bytes > dev.free
+
+
 def test_run_probe_releases_the_decode_graphs_when_nothing_fits():
     dev = FakeDevice(free=100 << 20)
     with pytest.raises(ProbeError):
@@ -232,7 +265,7 @@ def test_probe_budgets_second_call_is_a_cache_hit(tmp_path):
     assert first.source == "probe" and second.source == "cache"
     assert _num_trials(dev) == n  # nothing measured again
     for name in ("token_budget", "kv_rows", "max_decode_seqs", "peak_bytes", "bin_limit", "free_bytes",
-                 "decode_graph_bytes"):
+                 "decode_graph_bytes", "prefill_graph_bytes"):
         assert getattr(first, name) == getattr(second, name)
     assert second.cache_path == first.cache_path and Path(second.cache_path).parent == tmp_path
 
@@ -252,6 +285,23 @@ def test_probe_budgets_other_inputs_miss_the_cache(tmp_path, change):
     dev = FakeDevice()
     _probe(tmp_path, dev)
     assert _probe(tmp_path, dev, **change).source == "probe"
+
+
+@pytest.mark.parametrize("env", [{"TELESUM_PREFILL_GRAPHS": "1"}, {"TELESUM_DECODE_GRAPHS": "0"}])
+def test_probe_budgets_graph_settings_are_probed_apart(tmp_path, monkeypatch, env):
+    """Budgets probed beside other graphs than the worker will hold are not reused: the prefill
+    graphs' settings are part of the key, and turning them on probes with them held."""
+    dev = FakeDevice()
+    plain = _probe(tmp_path, dev)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    other = _probe(tmp_path, dev)
+    assert other.source == "probe" and other.cache_path != plain.cache_path
+    key = json.loads(Path(other.cache_path).read_text())["key"]
+    prefill_on = env.get("TELESUM_PREFILL_GRAPHS") == "1"
+    assert key["prefill_graphs"] is prefill_on and key["decode_graphs"] is ("TELESUM_DECODE_GRAPHS" not in env)
+    assert (other.prefill_graph_bytes > 0) is prefill_on and (other.kv_rows < plain.kv_rows) is prefill_on
+    assert _probe(tmp_path, dev).source == "cache"
 
 
 def test_probe_budgets_fp8_weights_are_probed_apart_from_bf16(tmp_path):

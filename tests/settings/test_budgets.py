@@ -13,7 +13,8 @@ from worker.settings.load import from_values, load_settings
 
 def _probed(max_decode_seqs: int = 700) -> ProbeResult:
     return ProbeResult(token_budget=40000, kv_rows=300000, max_decode_seqs=max_decode_seqs, peak_bytes=100 * 2**30,
-                       seconds=20.0, warmup_seconds=3.0, source="probe", bin_limit=0, free_bytes=120 * 2**30, decode_graph_bytes=2**30,
+                       seconds=20.0, warmup_seconds=3.0, source="probe", bin_limit=0, free_bytes=120 * 2**30,
+                       decode_graph_bytes=2**30, prefill_graph_bytes=0,
                        headroom_bytes=4 * 2**30, seq_tokens=1024, device_name="NVIDIA H200", total_bytes=140 * 2**30)
 
 

@@ -87,7 +87,9 @@ def format_table(b, model: str, dtype: str, max_new_tokens: int) -> str:
          f"sequences in flight: {b.seq_tokens:,}-token prompts + {max_new_tokens} new tokens"),
         ("peak memory", f"{b.peak_bytes / gib:.1f} GiB", f"of {b.total_bytes / gib:.1f} GiB; "
                                                         f"{b.headroom_bytes / gib:.1f} GiB kept free, "
-                                                        f"{b.decode_graph_bytes / gib:.2f} GiB decode graphs"),
+                                                        f"{b.decode_graph_bytes / gib:.2f} GiB decode graphs"
+                                                        + (f", {b.prefill_graph_bytes / gib:.2f} GiB prefill graphs"
+                                                           if b.prefill_graph_bytes else "")),
         ("seconds", f"{b.seconds:.1f}", f"probe time, {b.warmup_seconds:.1f} s of it the first passes"
                                         + (" (when it was probed)" if b.source == "cache" else "")),
         ("source", b.source, b.cache_path or ""),

@@ -106,6 +106,17 @@ class PrefillGraphs:
             span *= 2
         return Bucket(tokens, seqs, min(span, tokens), from_zero)
 
+    def capture_largest(self) -> int:
+        """Capture the largest bucket, from zero and through the tape, now; returns how many were.
+        Captured first, the largest sizes the shared memory pool and later, smaller captures reuse its
+        blocks; captured smallest first, the pool could grow past what the largest alone takes, beside
+        an arena the probe sized with the largest held (`TorchMeasurer.hold_prefill_graphs`)."""
+        if not self.use_graphs:
+            return 0
+        tokens, seqs = self.token_sizes[-1], self.seq_sizes[-1] - 1
+        largest = [self.bucket_for(tokens, seqs, tokens, from_zero) for from_zero in (True, False)]
+        return sum(b in self._graphs or self._capture(b) is not None for b in largest)
+
     def serves(self, bucket: Bucket) -> bool:
         """Whether this bucket replays a graph (False: the caller runs its own eager prefill)."""
         return self.use_graphs and bucket not in self._eager

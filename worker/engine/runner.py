@@ -41,6 +41,13 @@ def wants_prefill_graphs(setting: str | None) -> bool:
     return setting == "1"
 
 
+def graphs_wanted() -> tuple[bool, bool]:
+    """(decode, prefill) CUDA graphs as the environment asks for them: decode unless
+    TELESUM_DECODE_GRAPHS=0, prefill when `wants_prefill_graphs` and decode graphs are on."""
+    decode = os.environ.get(GRAPHS_ENV, "1") != "0"
+    return decode, decode and wants_prefill_graphs(os.environ.get(PREFILL_GRAPHS_ENV))
+
+
 class ModelRunner:
     """Runs prefill (packed bins, long-input chunks) and decode steps against one KV tape."""
 
@@ -59,7 +66,7 @@ class ModelRunner:
         self.device = torch.device(device)
         self._pin = self.device.type == "cuda"
         if decode_graphs is None:
-            decode_graphs = self.device.type == "cuda" and os.environ.get(GRAPHS_ENV, "1") != "0"
+            decode_graphs = self.device.type == "cuda" and graphs_wanted()[0]
         max_seqlen_k = max_seqlen_k or min(kv.capacity_rows, model.cfg.max_position_embeddings)
         self.decode_step = DecodeGraphs(model, kv, self.device, max_batch=max_decode_batch,
                                         max_seqlen_k=max_seqlen_k, use_graphs=decode_graphs)

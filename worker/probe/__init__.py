@@ -39,6 +39,7 @@ class ProbeResult:
     bin_limit: int        # the largest bin that ran beside only its own KV rows (0 when the bin was given)
     free_bytes: int       # free device memory when probed, the decode graphs held
     decode_graph_bytes: int  # what the decode graphs hold (left out of the bin's and the arena's memory)
+    prefill_graph_bytes: int  # what the largest bin's prefill graphs hold (0: TELESUM_PREFILL_GRAPHS off)
     headroom_bytes: int   # memory left free beside the bin's activations and the arena
     seq_tokens: int       # the typical prompt length max_decode_seqs assumes
     device_name: str
@@ -50,7 +51,7 @@ class ProbeResult:
 
 
 _MEASURED = ("token_budget", "kv_rows", "max_decode_seqs", "peak_bytes", "seconds", "warmup_seconds",
-             "bin_limit", "free_bytes", "decode_graph_bytes", "headroom_bytes", "seq_tokens")
+             "bin_limit", "free_bytes", "decode_graph_bytes", "prefill_graph_bytes", "headroom_bytes", "seq_tokens")
 
 
 def probe_budgets(loaded, device, *, max_new_tokens: int, typical_prompt_tokens: int = TYPICAL_PROMPT_TOKENS,
@@ -64,6 +65,8 @@ def probe_budgets(loaded, device, *, max_new_tokens: int, typical_prompt_tokens:
     """
     import torch
 
+    from worker.engine.runner import graphs_wanted
+
     device = torch.device(device)
     if measurer is None:
         if device.type != "cuda":
@@ -71,10 +74,12 @@ def probe_budgets(loaded, device, *, max_new_tokens: int, typical_prompt_tokens:
         from worker.probe.measure import TorchMeasurer
 
         measurer = TorchMeasurer(loaded, device)
+    decode_graphs, prefill_graphs = graphs_wanted()
     key = cache_key(gpu_name=measurer.device_name, total_bytes=measurer.total_bytes, model=loaded.name,
                     model_shape=model_fingerprint(loaded.config), dtype=loaded.precision,
                     torch_version=torch.__version__, max_new_tokens=max_new_tokens,
-                    typical_prompt_tokens=typical_prompt_tokens, bin_tokens=bin_tokens)
+                    typical_prompt_tokens=typical_prompt_tokens, bin_tokens=bin_tokens,
+                    decode_graphs=decode_graphs, prefill_graphs=prefill_graphs)
     path = cache_path(Path(cache_dir) if cache_dir is not None else default_cache_dir(), key)
     common = {"device_name": measurer.device_name, "total_bytes": measurer.total_bytes, "cache_path": str(path)}
     free_at_start = measurer.free_bytes()
@@ -89,11 +94,11 @@ def probe_budgets(loaded, device, *, max_new_tokens: int, typical_prompt_tokens:
              measurer.device_name, measurer.total_bytes / 2**30)
     result: SearchResult = run_probe(measurer, max_new_tokens=max_new_tokens,
                                     typical_prompt_tokens=typical_prompt_tokens, bin_tokens=bin_tokens,
-                                    log=log.debug)
+                                    prefill_graphs=prefill_graphs, log=log.debug)
     figures = {k: getattr(result, k) for k in _MEASURED}
     store_entry(path, key, figures, free_at_start_bytes=free_at_start)
     probed = ProbeResult(**figures, source="probe", **common)
-    log.info("probed in %.1f s: bin %d tokens, %d KV rows, %d sequences, peak %.1f GiB (decode graphs %.2f GiB)",
-             result.seconds, probed.token_budget, probed.kv_rows, probed.max_decode_seqs,
-             probed.peak_bytes / 2**30, probed.decode_graph_bytes / 2**30)
+    log.info("probed in %.1f s: bin %d tokens, %d KV rows, %d sequences, peak %.1f GiB (decode graphs %.2f GiB, "
+             "prefill graphs %.2f GiB)", result.seconds, probed.token_budget, probed.kv_rows, probed.max_decode_seqs,
+             probed.peak_bytes / 2**30, probed.decode_graph_bytes / 2**30, probed.prefill_graph_bytes / 2**30)
     return probed

@@ -1,4 +1,4 @@
-"""The probe's cache: one JSON file per (GPU, memory, model shape, dtype, torch, probe inputs).
+"""The probe's cache: one JSON file per (GPU, memory, model shape, dtype, torch, probe inputs, graphs).
 
 Files live in `$TELESUM_CACHE_DIR/probe`, else `$XDG_CACHE_HOME/telesum/probe`, else
 `~/.cache/telesum/probe`. An entry is used only when it parses, every field has the right type and
@@ -23,10 +23,10 @@ from worker.settings.cache import cache_root
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 3       # bump when what the probe measures, how, or the entry's field names change
+CACHE_VERSION = 4       # bump when what the probe measures, how, or the entry's field names change
 FREE_TOLERANCE = 0.02   # of the device's memory: free memory may differ this much from the probe's
 _INT_FIELDS = ("token_budget", "kv_rows", "max_decode_seqs", "peak_bytes", "bin_limit", "free_bytes",
-               "decode_graph_bytes", "headroom_bytes", "seq_tokens")
+               "decode_graph_bytes", "prefill_graph_bytes", "headroom_bytes", "seq_tokens")
 
 
 def default_cache_dir() -> Path:
@@ -41,11 +41,12 @@ def model_fingerprint(cfg) -> str:
 
 def cache_key(*, gpu_name: str, total_bytes: int, model: str, model_shape: str, dtype: str,
               torch_version: str, max_new_tokens: int, typical_prompt_tokens: int,
-              bin_tokens: int | None) -> dict:
+              bin_tokens: int | None, decode_graphs: bool = True, prefill_graphs: bool = False) -> dict:
+    """decode_graphs/prefill_graphs: which CUDA graphs the worker holds (the probe leaves room for them)."""
     return {"version": CACHE_VERSION, "gpu_name": gpu_name, "total_bytes": total_bytes, "model": model,
             "model_shape": model_shape, "dtype": dtype, "torch_version": torch_version,
             "max_new_tokens": max_new_tokens, "typical_prompt_tokens": typical_prompt_tokens,
-            "bin_tokens": bin_tokens}
+            "bin_tokens": bin_tokens, "decode_graphs": decode_graphs, "prefill_graphs": prefill_graphs}
 
 
 def cache_path(directory: Path, key: dict) -> Path:
@@ -87,7 +88,7 @@ def _check(entry, key: dict, free_bytes: int) -> str | None:
     if not isinstance(entry, dict) or not isinstance(entry.get("budgets"), dict):
         return "not a probe cache entry"
     if entry.get("key") != key:
-        return "it was probed for another GPU, model, dtype, torch version or probe version"
+        return "it was probed for another GPU, model, dtype, torch version, graph setting or probe version"
     b = entry["budgets"]
     for name in _INT_FIELDS:
         value = b.get(name)

@@ -20,11 +20,13 @@ from dataclasses import dataclass
 import torch
 
 from worker.engine.engine import is_out_of_memory
+from worker.engine.prefill_graphs import PrefillGraphs
 from worker.engine.runner import ModelRunner
 from worker.engine.sampling import SamplingBatch
 from worker.engine.warmup import capture_decode_graphs
 from worker.model.kv_cache import KVCache, kv_row_bytes
 from worker.probe.search import ProbeError, Trial
+from worker.settings.budgets import GPU_MAX_SEQS_PER_BIN
 
 PEAK_LAYERS = 2
 # The decode check samples as production may: temperature, nucleus and repetition penalty all on,
@@ -118,7 +120,8 @@ class TorchMeasurer:
         self.fp8_kv = getattr(loaded, "fp8_kv", False)
         self.kv_bytes_per_row = kv_row_bytes(self.cfg, self.dtype, fp8=self.fp8_kv)
         self.max_context = self.cfg.max_position_embeddings
-        self._held_graphs: ModelRunner | None = None  # the decode graphs held through the trials
+        self._held_decode: ModelRunner | None = None  # the graphs held through the trials, with their tapes
+        self._held_prefill: PrefillGraphs | None = None
 
     def free_bytes(self) -> int:
         self.gauge.release()
@@ -140,7 +143,7 @@ class TorchMeasurer:
         """Capture every decode batch bucket in the order the worker does (the small ones at start, the
         rest smallest first as steps first need them: the pool may grow past what the largest alone
         takes), over a tape of two rows (the captures touch only slab 0's first row and the scratch
-        row), and keep the graphs until `release_decode_graphs`; returns the drop in free memory:
+        row), and keep the graphs until `release_graphs`; returns the drop in free memory:
         their memory pool and logits buffer. 0 without graphs (CPU, TELESUM_DECODE_GRAPHS=0)."""
         before = self.free_bytes()
         kv = KVCache.allocate(self.cfg, 2, self.dtype, self.device, fp8=self.fp8_kv)
@@ -151,11 +154,26 @@ class TorchMeasurer:
         capture_decode_graphs(graphs, None)
         for bucket in graphs.buckets:
             graphs.warm(bucket)
-        self._held_graphs = runner
+        self._held_decode = runner
         return max(0, before - self.free_bytes())
 
-    def release_decode_graphs(self) -> None:
-        self._held_graphs = None
+    def hold_prefill_graphs(self, bin_tokens: int) -> int:
+        """Capture the prefill graphs of the largest bin (`bin_tokens`, and as many sequences as a bin
+        may hold) the way the worker does at start-up (`PrefillGraphs.capture_largest`), over a tape of
+        two rows (a capture parks every span, so its tokens write only the scratch row), and keep them
+        until `release_graphs` or the next call; returns the drop in free memory: their pool and logits buffer."""
+        self._held_prefill = None
+        before = self.free_bytes()
+        kv = KVCache.allocate(self.cfg, 2, self.dtype, self.device, fp8=self.fp8_kv)
+        graphs = PrefillGraphs(self.model, kv, self.device, max_tokens=bin_tokens, max_seqs=GPU_MAX_SEQS_PER_BIN,
+                               max_seqlen_k=self.max_context, use_graphs=True)
+        if not graphs.capture_largest():
+            return 0
+        self._held_prefill = graphs
+        return max(0, before - self.free_bytes())
+
+    def release_graphs(self) -> None:
+        self._held_decode = self._held_prefill = None
         self.gauge.release()
 
     def _trial(self, work) -> Trial:

@@ -10,8 +10,11 @@ The steps, in order:
 1. Two small prefill bins give the bytes a bin takes per token (its own KV rows + activations).
 2. That line predicts the largest bin the free memory holds; a search around the prediction finds
    the largest bin that actually runs (`bin_limit`) in a few trials.
-3. The bin budget keeps `BIN_MARGIN` below that limit.
-4. The KV arena gets the memory left beside one budget-sized bin's activations, less a headroom.
+3. The bin budget keeps `BIN_MARGIN` below that limit (and half of that with prefill graphs on).
+4. With prefill graphs on, the budget-sized bin's graphs are captured and held from here on: their
+   memory pool holds a second copy of a bin's activations beside the eager ones (a bin of a bucket
+   not captured, a long input's chunk). The KV arena gets the memory left beside one budget-sized
+   bin's activations (and its graphs), less a headroom.
 5. The bin and the whole arena run together in one full prefill pass (else the arena, then the
    bin, is made smaller and tried again).
 6. Sequences: the arena's rows over (typical prompt + max new tokens), checked by one decode step
@@ -29,6 +32,7 @@ ALIGN = 256                  # bin sizes tried are multiples of this (and of the
 SAMPLE_TOKENS = (8192, 32768)  # the two small bins that give bytes per token
 MAX_BIN_TOKENS = 1 << 23     # the search stops here (8M tokens): int32 offsets and host slots stay small
 BIN_MARGIN = 0.10            # the budget keeps 90 % of the largest bin that ran (the seed's rule)
+PREFILL_GRAPHS_SHARE = 0.5   # of that with prefill graphs on: a bin's activations are held twice
 HEADROOM_FRACTION = 0.03     # of the device's memory left free beside bin + arena: sampling, fragmentation
 HEADROOM_MIN_BYTES = 1 << 30
 REL_TOL = 0.01               # the bin search stops when its bracket is under 1 % wide
@@ -71,8 +75,12 @@ class Measurer(Protocol):
     def hold_decode_graphs(self) -> int:
         """Capture the worker's decode graphs and hold them until released; the bytes they hold."""
 
-    def release_decode_graphs(self) -> None:
-        """Free what `hold_decode_graphs` holds."""
+    def hold_prefill_graphs(self, bin_tokens: int) -> int:
+        """Capture the prefill graphs of a `bin_tokens` bin, as the worker does at start-up, and hold
+        them (instead of any held before) until released; the bytes they hold."""
+
+    def release_graphs(self) -> None:
+        """Free what `hold_decode_graphs` and `hold_prefill_graphs` hold."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,7 @@ class SearchResult:
     bin_limit: int         # the largest bin that ran beside only its own KV rows (0: bin given)
     free_bytes: int        # free device memory when the probe started, the decode graphs held
     decode_graph_bytes: int  # what the decode graphs hold beside everything else
+    prefill_graph_bytes: int  # what the largest bin's prefill graphs hold (0: prefill graphs off)
     headroom_bytes: int    # left free beside the bin's activations and the arena
     seq_tokens: int        # the typical prompt length the sequences were sized for
     seconds: float
@@ -183,21 +192,23 @@ def slab_rows(bin_tokens: int, seq_tokens: int, max_new_tokens: int) -> int:
 
 def run_probe(m: Measurer, *, max_new_tokens: int, typical_prompt_tokens: int = TYPICAL_PROMPT_TOKENS,
               bin_tokens: int | None = None, sample_tokens: tuple[int, int] = SAMPLE_TOKENS,
-              log: Callable[[str], None] = lambda _: None) -> SearchResult:
-    """Find the budgets (steps in the module docstring). bin_tokens given: only steps 0 and 4-6 for it."""
+              prefill_graphs: bool = False, log: Callable[[str], None] = lambda _: None) -> SearchResult:
+    """Find the budgets (steps in the module docstring). bin_tokens given: only steps 0 and 4-6 for it.
+    prefill_graphs: the worker will replay bins' prefills from CUDA graphs (TELESUM_PREFILL_GRAPHS)."""
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     started = time.perf_counter()
     graph_bytes = m.hold_decode_graphs()
     try:
         return _search(m, graph_bytes, started, max_new_tokens=max_new_tokens, typical_prompt_tokens=typical_prompt_tokens,
-                       bin_tokens=bin_tokens, sample_tokens=sample_tokens, log=log)
+                       bin_tokens=bin_tokens, sample_tokens=sample_tokens, prefill_graphs=prefill_graphs, log=log)
     finally:
-        m.release_decode_graphs()
+        m.release_graphs()
 
 
 def _search(m: Measurer, graph_bytes: int, started: float, *, max_new_tokens: int, typical_prompt_tokens: int,
-            bin_tokens: int | None, sample_tokens: tuple[int, int], log: Callable[[str], None]) -> SearchResult:
+            bin_tokens: int | None, sample_tokens: tuple[int, int], prefill_graphs: bool,
+            log: Callable[[str], None]) -> SearchResult:
     """Steps 1-6, the decode graphs (`graph_bytes`) held."""
     trials: list[dict] = []
     seq = max(16, min(typical_prompt_tokens, m.max_context - max_new_tokens))
@@ -234,7 +245,8 @@ def _search(m: Measurer, graph_bytes: int, started: float, *, max_new_tokens: in
         bin_limit, _ = largest_passing(
             lambda n: prefill(n, n, full=False, why="largest bin").ok,
             guess=int(guess), floor=floor, ceiling=MAX_BIN_TOKENS, step=ALIGN)
-        bin_tokens = align_down(bin_limit * (1 - BIN_MARGIN), ALIGN)
+        bin_tokens = align_down(bin_limit * (1 - BIN_MARGIN) * (PREFILL_GRAPHS_SHARE if prefill_graphs else 1),
+                                ALIGN)
     elif bin_tokens < 1:
         raise ValueError(f"bin_tokens must be >= 1, got {bin_tokens}")
 
@@ -242,11 +254,15 @@ def _search(m: Measurer, graph_bytes: int, started: float, *, max_new_tokens: in
     # arena must hold a full bin's slabs (prompts + max_new_tokens each), and both must run together.
     # What does not fit costs the arena a headroom's worth of rows, then the bin 5 % of its tokens.
     verify = None
+    prefill_graph_bytes = 0
     for _ in range(MAX_BIN_SHRINKS + 1):
+        if prefill_graphs:  # those of this bin, replacing a larger one's
+            prefill_graph_bytes = m.hold_prefill_graphs(bin_tokens)
+            log(f"prefill graphs of a {bin_tokens:,}-token bin hold {prefill_graph_bytes / 2**30:.2f} GiB")
         t = prefill(bin_tokens, bin_tokens, full=False, why="the budget's activations")
         if t.ok:
             bin_pass = t.peak_bytes - (bin_tokens + 1) * per_row  # the tape has one scratch row
-            kv_rows = kv_rows_beside(free, bin_pass, per_row, headroom)
+            kv_rows = kv_rows_beside(free - prefill_graph_bytes, bin_pass, per_row, headroom)
             for _ in range(ARENA_RETRIES + 1):
                 if kv_rows < slab_rows(bin_tokens, seq, max_new_tokens):
                     break
@@ -278,8 +294,10 @@ def _search(m: Measurer, graph_bytes: int, started: float, *, max_new_tokens: in
     max_seqs, _ = largest_passing(decodes, guess=bound, floor=0, ceiling=bound, step=1)
     if max_seqs < 1:
         raise ProbeError(f"{m.device_name}: not one sequence of {context + 1} rows decodes beside the arena")
-    peak = m.resident_bytes + graph_bytes + max(verify.peak_bytes, decode_peak.get(max_seqs, 0))
+    peak = (m.resident_bytes + graph_bytes + prefill_graph_bytes
+            + max(verify.peak_bytes, decode_peak.get(max_seqs, 0)))
     return SearchResult(token_budget=bin_tokens, kv_rows=kv_rows, max_decode_seqs=max_seqs, peak_bytes=peak,
                         bin_limit=bin_limit, free_bytes=free, decode_graph_bytes=graph_bytes,
+                        prefill_graph_bytes=prefill_graph_bytes,
                         headroom_bytes=headroom, seq_tokens=seq,
                         seconds=time.perf_counter() - started, warmup_seconds=warmup_s, trials=trials)

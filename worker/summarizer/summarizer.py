@@ -157,6 +157,10 @@ class Summarizer:
             self.max_decode_seqs, self.max_seqs_per_bin))
         if largest is not None:
             log_startup_phase(f"decode graphs captured (batch buckets up to {largest})", started, log)
+        if self.runner.prefill_step is not None:  # the largest first: the probe sized the arena beside it
+            started = time.perf_counter()
+            captured = self.runner.prefill_step.capture_largest()
+            log_startup_phase(f"prefill graphs of the largest bin captured ({captured} of 2)", started, log)
         self.dispatcher.start()
         self._thread = threading.Thread(target=self.engine.run, name="telesum-gpu-loop", daemon=True)
         self._thread.start()
