@@ -111,6 +111,45 @@ def test_a_bucket_whose_graph_cannot_be_captured_runs_eagerly_from_then_on(tiny_
     assert runner.prefill_step._graphs == {}
 
 
+class _Replayed:
+    """Stands in for a captured graph on CPU: replaying runs the captured body again."""
+
+    def __init__(self, body) -> None:
+        self.replay = body
+
+
+def test_the_largest_buckets_are_captured_first_and_then_replayed(tiny_model, monkeypatch):
+    """capture_largest (the worker's start-up, the probe's held graphs) captures the largest bucket
+    from zero and through the tape, once; a bin of that bucket then replays its capture and gives the
+    eager prefill's logits. The capture itself is faked (no CUDA here), the buffers and bucket are real."""
+    from worker.engine import prefill_graphs
+
+    captured = []
+
+    def fake_capture(device, pool, warm_up, body, warm_ups=1):
+        warm_up()
+        body()
+        captured.append(body)
+        return _Replayed(body)
+
+    monkeypatch.setattr(prefill_graphs, "capture_graph", fake_capture)
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: (0, 1))
+    graphs = PrefillGraphs(tiny_model, _tape(tiny_model), torch.device("cpu"), max_tokens=200, max_seqs=4,
+                           max_seqlen_k=CAPACITY, use_graphs=False)
+    graphs.use_graphs = True
+    assert graphs.capture_largest() == 2
+    assert set(graphs._graphs) == {Bucket(200, 5, 200, True), Bucket(200, 5, 200, False)}
+    assert graphs.capture_largest() == 2 and len(captured) == 2  # already held: not captured again
+    b = _bin([129, 19, 19, 9], tiny_model.cfg.vocab_size)  # 200 tokens with the alignment pads
+    bucket = graphs.bucket_for(b.input_ids.shape[0], 4, _spans(b), True)
+    assert bucket == Bucket(200, 5, 200, True)
+    starts = [0, 136, 160, 184]
+    want = ModelRunner(tiny_model, _tape(tiny_model), "cpu").prefill_bin(b, starts, _spans(b), _spans(b))
+    got = graphs.run(b, bucket, starts, None)
+    assert len(captured) == 2  # the run replayed the capture
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_prefill_graphs_only_when_the_variable_asks_for_them():
     from worker.engine.runner import wants_prefill_graphs
 

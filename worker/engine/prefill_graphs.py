@@ -106,6 +106,7 @@ class PrefillGraphs:
             span *= 2
         return Bucket(tokens, seqs, min(span, tokens), from_zero)
 
+    @torch.inference_mode()
     def capture_largest(self) -> int:
         """Capture the largest bucket, from zero and through the tape, now; returns how many were.
         Captured first, the largest sizes the shared memory pool and later, smaller captures reuse its
