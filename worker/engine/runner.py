@@ -33,9 +33,10 @@ class DecodeRows:
 
 def wants_prefill_graphs(setting: str | None) -> bool:
     """TELESUM_PREFILL_GRAPHS: "1" replays packed bins' prefills from CUDA graphs; unset or "0" runs
-    them eagerly. Off by default: the graphs' memory pool grows beside the arena the probe sized for
-    eager prefills, and at capacity on an H100 that pushed bins into out-of-memory splits (bench/NOTES.md,
-    2026-12-07); on, they measured +42 % records/s at 2 new tokens (SmolLM2-135M shape, 2026-12-06)."""
+    them eagerly. Off by default: before the probe held them (`TorchMeasurer.hold_prefill_graphs`) their
+    memory pool grew beside an arena sized for eager prefills, and at capacity on an H100 that pushed
+    bins into out-of-memory splits (bench/NOTES.md, 2026-12-07); the probe's accounting has not run at
+    capacity yet. On, they measured +42 % records/s at 2 new tokens (SmolLM2-135M shape, 2026-12-06)."""
     if setting not in (None, "", "0", "1"):
         raise ValueError(f"TELESUM_PREFILL_GRAPHS must be 0 or 1, not {setting!r}")
     return setting == "1"
