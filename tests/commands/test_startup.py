@@ -69,3 +69,20 @@ def test_start_summarizer_spawns_the_preprocessing_pool_before_the_model_load(tm
         assert started.summarizer.preprocessor is pools[0] and pools[0].started[0].result(timeout=120) > 0
     finally:
         started.summarizer.close(drain=False)
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({}, (65536, 1024)),
+    ({"TELESUM_TOKEN_BUDGET": "16384", "TELESUM_MAX_SEQS_PER_BIN": "4096"}, (16384, 4096)),
+])
+def test_the_probe_holds_the_bin_the_worker_will_prefill(env, expected):
+    """The probe's bin (its prefill graphs' tokens and logits rows) is the operator's where set,
+    else the GPU default that `resolve_budgets` will give the dispatcher."""
+    from worker.commands.runtime import probed_bin
+    from worker.settings.budgets import resolve_budgets
+    from worker.settings.load import load_settings
+
+    loaded = load_settings(None, env)
+    assert probed_bin(loaded.settings.engine, loaded) == expected
+    b = resolve_budgets(loaded, "cuda")
+    assert (b.token_budget, b.max_seqs_per_bin) == expected

@@ -166,10 +166,10 @@ def test_held_prefill_graphs_take_memory_until_replaced_or_released():
                           backend="torch_fa2")
     m = TorchMeasurer(on_gpu, "cuda")
     free = m.free_bytes()
-    large = m.hold_prefill_graphs(32768)
+    large = m.hold_prefill_graphs(32768, 1024)
     assert large > 32768 * 2048 * 2  # at least the MLP's activations of a 32,768-token bin
     assert m.free_bytes() <= free - large
-    small = m.hold_prefill_graphs(4096)
+    small = m.hold_prefill_graphs(4096, 1024)
     assert 0 < small < large and m.free_bytes() > free - large
     m.release_graphs()
     assert m.free_bytes() >= free - (64 << 20)

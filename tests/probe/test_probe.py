@@ -16,6 +16,7 @@ from worker.probe import ProbeError, probe_budgets
 from worker.probe import cache as probe_cache
 from worker.probe.search import (ALIGN, BIN_MARGIN, MAX_BIN_TOKENS, PREFILL_GRAPHS_SHARE, Trial, headroom_for,
                                  largest_passing, run_probe)
+from worker.settings.budgets import GPU_MAX_SEQS_PER_BIN
 
 GiB = 1 << 30
 
@@ -38,6 +39,7 @@ class FakeDevice:
     resident_bytes: int = 15 * GiB
     max_context: int = 32768
     graph_bytes: int = 0  # what the decode graphs hold once captured
+    logits_per_seq: int = 200_000  # a prefill graph's logits row per sequence of the bin
     graphs_held: bool = False
     prefill_graphs_held: int = 0  # bytes the prefill graphs hold
     calls: list = field(default_factory=list)
@@ -55,12 +57,12 @@ class FakeDevice:
         self.graphs_held = True
         return self.graph_bytes
 
-    def prefill_graph_bytes(self, bin_tokens: int) -> int:
-        return self.need(bin_tokens, 0, 1, False) - (self.kv_bytes_per_row)
+    def prefill_graph_bytes(self, bin_tokens: int, bin_seqs: int = GPU_MAX_SEQS_PER_BIN) -> int:
+        return self.need(bin_tokens, 0, 1, False) - self.kv_bytes_per_row + bin_seqs * self.logits_per_seq
 
-    def hold_prefill_graphs(self, bin_tokens: int) -> int:
-        self.calls.append(("hold_prefill_graphs", bin_tokens))
-        self.prefill_graphs_held = self.prefill_graph_bytes(bin_tokens)
+    def hold_prefill_graphs(self, bin_tokens: int, bin_seqs: int) -> int:
+        self.calls.append(("hold_prefill_graphs", bin_tokens, bin_seqs))
+        self.prefill_graphs_held = self.prefill_graph_bytes(bin_tokens, bin_seqs)
         return self.prefill_graphs_held
 
     def release_graphs(self) -> None:
@@ -195,7 +197,7 @@ def test_run_probe_with_prefill_graphs_plans_the_arena_beside_them(bin_tokens):
     r = run_probe(dev, max_new_tokens=128, typical_prompt_tokens=1024, bin_tokens=bin_tokens, prefill_graphs=True)
     held = dev.prefill_graph_bytes(r.token_budget)
     assert r.prefill_graph_bytes == held > GiB
-    assert ("hold_prefill_graphs", r.token_budget) in dev.calls and not dev.prefill_graphs_held
+    assert ("hold_prefill_graphs", r.token_budget, GPU_MAX_SEQS_PER_BIN) in dev.calls and not dev.prefill_graphs_held
     assert r.peak_bytes >= dev.resident_bytes + 3 * GiB + held
     with_graphs = dev.need(r.token_budget, r.kv_rows, r.seq_tokens, False) + 3 * GiB + held
     assert with_graphs + r.headroom_bytes <= dev.free  # the headroom is left with both graphs held
@@ -302,6 +304,24 @@ def test_probe_budgets_graph_settings_are_probed_apart(tmp_path, monkeypatch, en
     assert key["prefill_graphs"] is prefill_on and key["decode_graphs"] is ("TELESUM_DECODE_GRAPHS" not in env)
     assert (other.prefill_graph_bytes > 0) is prefill_on and (other.kv_rows < plain.kv_rows) is prefill_on
     assert _probe(tmp_path, dev).source == "cache"
+
+
+def test_probe_budgets_prefill_graphs_hold_the_operators_sequences_per_bin(tmp_path, monkeypatch):
+    """A bin of more sequences than the default gives the prefill graphs more logits rows: the probe
+    holds graphs of that many sequences, the arena shrinks by them, and the entry is its own; with
+    the prefill graphs off the sequences per bin change nothing and the entry is shared."""
+    dev = FakeDevice()
+    off = _probe(tmp_path, dev)
+    assert _probe(tmp_path, dev, bin_seqs=8192).source == "cache"
+    monkeypatch.setenv("TELESUM_PREFILL_GRAPHS", "1")
+    default = _probe(tmp_path, dev)
+    many = _probe(tmp_path, dev, bin_seqs=8192)
+    assert many.source == "probe" and many.cache_path not in (default.cache_path, off.cache_path)
+    assert ("hold_prefill_graphs", many.token_budget, 8192) in dev.calls
+    extra = (8192 - GPU_MAX_SEQS_PER_BIN) * dev.logits_per_seq
+    assert many.prefill_graph_bytes - default.prefill_graph_bytes == extra
+    assert (default.kv_rows - many.kv_rows) * dev.kv_bytes_per_row >= extra * 0.9
+    assert json.loads(Path(many.cache_path).read_text())["key"]["prefill_graph_seqs"] == 8192
 
 
 def test_probe_budgets_fp8_weights_are_probed_apart_from_bf16(tmp_path):

@@ -15,7 +15,6 @@ from pathlib import Path
 from worker.commands.exit_codes import EXIT_FAILED, EXIT_OK
 from worker.commands.startup import StartupError, exit_code_of, read_settings
 from worker.probe.search import TYPICAL_PROMPT_TOKENS
-from worker.settings.budgets import GPU_TOKEN_BUDGET
 from worker.settings.fields import SettingsError
 from worker.settings.load import add_arguments as add_setting_arguments
 
@@ -43,7 +42,7 @@ def _probe(args: argparse.Namespace) -> int:
     import torch
 
     from worker.probe import ProbeError, probe_budgets
-    from worker.commands.runtime import load_model
+    from worker.commands.runtime import load_model, probed_bin
 
     loaded_settings = read_settings(args, SECTIONS)
     engine = loaded_settings.settings.engine
@@ -60,10 +59,10 @@ def _probe(args: argparse.Namespace) -> int:
         raise StartupError(f"engine.model (--model, TELESUM_MODEL) {engine.model!r}: {exc}") from None
     device = next(loaded.model.parameters()).device
     # The bin the commands probe beside (runtime.probe_budgets), so this fills the entry they read.
-    bin_tokens = engine.token_budget if loaded_settings.is_set("engine.token_budget") else GPU_TOKEN_BUDGET
+    bin_tokens, bin_seqs = probed_bin(engine, loaded_settings)
     try:
         b = probe_budgets(loaded, device, max_new_tokens=engine.max_new_tokens,
-                          typical_prompt_tokens=args.typical_prompt_tokens, bin_tokens=bin_tokens,
+                          typical_prompt_tokens=args.typical_prompt_tokens, bin_tokens=bin_tokens, bin_seqs=bin_seqs,
                           refresh=args.refresh, cache_dir=args.cache_dir)
     except ProbeError as exc:
         log.error("%s", exc)

@@ -9,7 +9,7 @@ import threading
 from typing import Any
 
 from worker.ops.logs import startup_phase as _startup_phase
-from worker.settings.budgets import GPU_TOKEN_BUDGET, Budgets, Probed, resolve_budgets
+from worker.settings.budgets import GPU_MAX_SEQS_PER_BIN, GPU_TOKEN_BUDGET, Budgets, Probed, resolve_budgets
 from worker.settings.fields import SettingsError
 from worker.settings.load import LoadedSettings
 from worker.settings.sections import EngineSettings
@@ -143,6 +143,14 @@ def _load_weights(engine: EngineSettings, tok=None):
     return loaded
 
 
+def probed_bin(engine: EngineSettings, loaded_settings: LoadedSettings) -> tuple[int, int]:
+    """The (tokens, sequences) of the largest bin the worker will prefill, as the probe must hold it:
+    the operator's values where set, else the GPU defaults (`telesum probe` fills the same entry)."""
+    tokens = engine.token_budget if loaded_settings.is_set("engine.token_budget") else GPU_TOKEN_BUDGET
+    seqs = engine.max_seqs_per_bin if loaded_settings.is_set("engine.max_seqs_per_bin") else GPU_MAX_SEQS_PER_BIN
+    return tokens, seqs
+
+
 def probe_budgets(loaded, device, engine: EngineSettings, loaded_settings: LoadedSettings) -> Probed | None:
     """The Phase 0 probe's budgets for this (model, device) on a GPU (cached per GPU, model, dtype and
     torch version; probed when there is no valid entry), or None on CPU or when the probe fails.
@@ -155,9 +163,10 @@ def probe_budgets(loaded, device, engine: EngineSettings, loaded_settings: Loade
     from worker.probe import ProbeError
     from worker.probe import probe_budgets as run_probe
 
-    bin_tokens = engine.token_budget if loaded_settings.is_set("engine.token_budget") else GPU_TOKEN_BUDGET
+    bin_tokens, bin_seqs = probed_bin(engine, loaded_settings)
     try:
-        found = run_probe(loaded, device, max_new_tokens=engine.max_new_tokens, bin_tokens=bin_tokens)
+        found = run_probe(loaded, device, max_new_tokens=engine.max_new_tokens, bin_tokens=bin_tokens,
+                          bin_seqs=bin_seqs)
     except ProbeError as exc:
         log.warning("probe: %s; using the device defaults", exc)
         return None

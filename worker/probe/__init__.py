@@ -18,6 +18,7 @@ from pathlib import Path
 
 from worker.probe.cache import cache_key, cache_path, default_cache_dir, load_entry, model_fingerprint, store_entry
 from worker.probe.search import TYPICAL_PROMPT_TOKENS, ProbeError, SearchResult, run_probe
+from worker.settings.budgets import GPU_MAX_SEQS_PER_BIN
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +56,12 @@ _MEASURED = ("token_budget", "kv_rows", "max_decode_seqs", "peak_bytes", "second
 
 
 def probe_budgets(loaded, device, *, max_new_tokens: int, typical_prompt_tokens: int = TYPICAL_PROMPT_TOKENS,
-                  bin_tokens: int | None = None, refresh: bool = False, cache_dir: Path | None = None,
-                  measurer=None) -> ProbeResult:
+                  bin_tokens: int | None = None, bin_seqs: int = GPU_MAX_SEQS_PER_BIN, refresh: bool = False,
+                  cache_dir: Path | None = None, measurer=None) -> ProbeResult:
     """Budgets for `loaded` (a LoadedModel already on `device`): from the cache, else probed and cached.
 
     bin_tokens: a bin size fixed by the operator; only the arena and sequences are probed beside it.
+    bin_seqs: the most sequences a bin holds (engine.max_seqs_per_bin): the prefill graphs' logits rows.
     refresh: probe even when a valid cache entry exists. measurer: replaces the CUDA trials (tests).
     Raises ProbeError when nothing fits, ValueError on a device the probe cannot measure (CPU).
     """
@@ -79,7 +81,8 @@ def probe_budgets(loaded, device, *, max_new_tokens: int, typical_prompt_tokens:
                     model_shape=model_fingerprint(loaded.config), dtype=loaded.precision,
                     torch_version=torch.__version__, max_new_tokens=max_new_tokens,
                     typical_prompt_tokens=typical_prompt_tokens, bin_tokens=bin_tokens,
-                    decode_graphs=decode_graphs, prefill_graphs=prefill_graphs)
+                    decode_graphs=decode_graphs, prefill_graphs=prefill_graphs,
+                    prefill_graph_seqs=bin_seqs if prefill_graphs else None)
     path = cache_path(Path(cache_dir) if cache_dir is not None else default_cache_dir(), key)
     common = {"device_name": measurer.device_name, "total_bytes": measurer.total_bytes, "cache_path": str(path)}
     free_at_start = measurer.free_bytes()
@@ -94,7 +97,7 @@ def probe_budgets(loaded, device, *, max_new_tokens: int, typical_prompt_tokens:
              measurer.device_name, measurer.total_bytes / 2**30)
     result: SearchResult = run_probe(measurer, max_new_tokens=max_new_tokens,
                                     typical_prompt_tokens=typical_prompt_tokens, bin_tokens=bin_tokens,
-                                    prefill_graphs=prefill_graphs, log=log.debug)
+                                    prefill_graphs=prefill_graphs, bin_seqs=bin_seqs, log=log.debug)
     figures = {k: getattr(result, k) for k in _MEASURED}
     store_entry(path, key, figures, free_at_start_bytes=free_at_start)
     probed = ProbeResult(**figures, source="probe", **common)

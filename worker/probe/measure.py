@@ -26,7 +26,6 @@ from worker.engine.sampling import SamplingBatch
 from worker.engine.warmup import capture_decode_graphs
 from worker.model.kv_cache import KVCache, kv_row_bytes
 from worker.probe.search import ProbeError, Trial
-from worker.settings.budgets import GPU_MAX_SEQS_PER_BIN
 
 PEAK_LAYERS = 2
 # The decode check samples as production may: temperature, nucleus and repetition penalty all on,
@@ -157,15 +156,15 @@ class TorchMeasurer:
         self._held_decode = runner
         return max(0, before - self.free_bytes())
 
-    def hold_prefill_graphs(self, bin_tokens: int) -> int:
-        """Capture the prefill graphs of the largest bin (`bin_tokens`, and as many sequences as a bin
-        may hold) the way the worker does at start-up (`PrefillGraphs.capture_largest`), over a tape of
-        two rows (a capture parks every span, so its tokens write only the scratch row), and keep them
-        until `release_graphs` or the next call; returns the drop in free memory: their pool and logits buffer."""
+    def hold_prefill_graphs(self, bin_tokens: int, bin_seqs: int) -> int:
+        """Capture the prefill graphs of the largest bin (`bin_tokens` tokens, `bin_seqs` sequences) the
+        way the worker does at start-up (`PrefillGraphs.capture_largest`), over a tape of two rows (a
+        capture parks every span, so its tokens write only the scratch row), and keep them until
+        `release_graphs` or the next call; returns the drop in free memory: their pool and logits buffer."""
         self._held_prefill = None
         before = self.free_bytes()
         kv = KVCache.allocate(self.cfg, 2, self.dtype, self.device, fp8=self.fp8_kv)
-        graphs = PrefillGraphs(self.model, kv, self.device, max_tokens=bin_tokens, max_seqs=GPU_MAX_SEQS_PER_BIN,
+        graphs = PrefillGraphs(self.model, kv, self.device, max_tokens=bin_tokens, max_seqs=bin_seqs,
                                max_seqlen_k=self.max_context, use_graphs=True)
         if not graphs.capture_largest():
             return 0

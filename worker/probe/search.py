@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from worker.settings.budgets import GPU_MAX_SEQS_PER_BIN
+
 ALIGN = 256                  # bin sizes tried are multiples of this (and of the dispatcher's 16)
 SAMPLE_TOKENS = (8192, 32768)  # the two small bins that give bytes per token
 MAX_BIN_TOKENS = 1 << 23     # the search stops here (8M tokens): int32 offsets and host slots stay small
@@ -75,8 +77,9 @@ class Measurer(Protocol):
     def hold_decode_graphs(self) -> int:
         """Capture the worker's decode graphs and hold them until released; the bytes they hold."""
 
-    def hold_prefill_graphs(self, bin_tokens: int) -> int:
-        """Capture the prefill graphs of a `bin_tokens` bin, as the worker does at start-up, and hold
+    def hold_prefill_graphs(self, bin_tokens: int, bin_seqs: int) -> int:
+        """Capture the prefill graphs of a bin of `bin_tokens` tokens and at most `bin_seqs` sequences
+        (their logits buffer is one row per sequence), as the worker does at start-up, and hold
         them (instead of any held before) until released; the bytes they hold."""
 
     def release_graphs(self) -> None:
@@ -192,22 +195,25 @@ def slab_rows(bin_tokens: int, seq_tokens: int, max_new_tokens: int) -> int:
 
 def run_probe(m: Measurer, *, max_new_tokens: int, typical_prompt_tokens: int = TYPICAL_PROMPT_TOKENS,
               bin_tokens: int | None = None, sample_tokens: tuple[int, int] = SAMPLE_TOKENS,
-              prefill_graphs: bool = False, log: Callable[[str], None] = lambda _: None) -> SearchResult:
+              prefill_graphs: bool = False, bin_seqs: int = GPU_MAX_SEQS_PER_BIN,
+              log: Callable[[str], None] = lambda _: None) -> SearchResult:
     """Find the budgets (steps in the module docstring). bin_tokens given: only steps 0 and 4-6 for it.
-    prefill_graphs: the worker will replay bins' prefills from CUDA graphs (TELESUM_PREFILL_GRAPHS)."""
+    prefill_graphs: the worker will replay bins' prefills from CUDA graphs (TELESUM_PREFILL_GRAPHS),
+    for bins of at most `bin_seqs` sequences (engine.max_seqs_per_bin)."""
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     started = time.perf_counter()
     graph_bytes = m.hold_decode_graphs()
     try:
         return _search(m, graph_bytes, started, max_new_tokens=max_new_tokens, typical_prompt_tokens=typical_prompt_tokens,
-                       bin_tokens=bin_tokens, sample_tokens=sample_tokens, prefill_graphs=prefill_graphs, log=log)
+                       bin_tokens=bin_tokens, sample_tokens=sample_tokens, prefill_graphs=prefill_graphs,
+                       bin_seqs=bin_seqs, log=log)
     finally:
         m.release_graphs()
 
 
 def _search(m: Measurer, graph_bytes: int, started: float, *, max_new_tokens: int, typical_prompt_tokens: int,
-            bin_tokens: int | None, sample_tokens: tuple[int, int], prefill_graphs: bool,
+            bin_tokens: int | None, sample_tokens: tuple[int, int], prefill_graphs: bool, bin_seqs: int,
             log: Callable[[str], None]) -> SearchResult:
     """Steps 1-6, the decode graphs (`graph_bytes`) held."""
     trials: list[dict] = []
@@ -257,7 +263,7 @@ def _search(m: Measurer, graph_bytes: int, started: float, *, max_new_tokens: in
     prefill_graph_bytes = 0
     for _ in range(MAX_BIN_SHRINKS + 1):
         if prefill_graphs:  # those of this bin, replacing a larger one's
-            prefill_graph_bytes = m.hold_prefill_graphs(bin_tokens)
+            prefill_graph_bytes = m.hold_prefill_graphs(bin_tokens, bin_seqs)
             log(f"prefill graphs of a {bin_tokens:,}-token bin hold {prefill_graph_bytes / 2**30:.2f} GiB")
         t = prefill(bin_tokens, bin_tokens, full=False, why="the budget's activations")
         if t.ok:
