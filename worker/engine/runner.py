@@ -33,10 +33,10 @@ class DecodeRows:
 
 def wants_prefill_graphs(setting: str | None) -> bool:
     """TELESUM_PREFILL_GRAPHS: "1" replays packed bins' prefills from CUDA graphs; unset or "0" runs
-    them eagerly. Off by default: before the probe held them (`TorchMeasurer.hold_prefill_graphs`) their
-    memory pool grew beside an arena sized for eager prefills, and at capacity on an H100 that pushed
-    bins into out-of-memory splits (bench/NOTES.md, 2026-12-07); the probe's accounting has not run at
-    capacity yet. On, they measured +42 % records/s at 2 new tokens (SmolLM2-135M shape, 2026-12-06)."""
+    them eagerly. Off by default: a bucket first met mid-stream is captured there, and every capture
+    synchronises the device and empties torch's caches; streaming at 80 % load on an H100 gave p99
+    1.58 s with them against 0.91 s without (bench/NOTES.md, 2026-12-07 third). Their memory is the
+    probe's to count (`TorchMeasurer.hold_prefill_graphs`): no out-of-memory line at capacity since."""
     if setting not in (None, "", "0", "1"):
         raise ValueError(f"TELESUM_PREFILL_GRAPHS must be 0 or 1, not {setting!r}")
     return setting == "1"

@@ -34,7 +34,7 @@ DECODE_GRAPHS = declare("TELESUM_DECODE_GRAPHS", "worker.engine.runner",
                         "0: decode steps run eagerly instead of replaying captured CUDA graphs")
 PREFILL_GRAPHS = declare("TELESUM_PREFILL_GRAPHS", "worker.engine.runner",
                          "1: packed bins' prefills replay a CUDA graph per bucket instead of running eagerly (off by "
-                         "default until the probe's accounting for their memory pool is measured at capacity)")
+                         "default: a bucket first met mid-stream is captured there, which stalls the stream's tail)")
 COMPILE = declare("TELESUM_COMPILE", "worker.model.fused", "0: the fused elementwise ops run as eager PyTorch ops instead of Triton kernels")
 SUPERVISOR_PID = declare("TELESUM_SUPERVISOR_PID", "worker.commands.supervisor",
                          "set by the --gpus supervisor in its children's environment, so they follow it out")
