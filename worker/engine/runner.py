@@ -35,7 +35,8 @@ def wants_prefill_graphs(setting: str | None) -> bool:
     """TELESUM_PREFILL_GRAPHS: "1" replays packed bins' prefills from CUDA graphs; unset or "0" runs
     them eagerly. Off by default: a bucket first met mid-stream is captured there, and every capture
     synchronises the device and empties torch's caches; streaming at 80 % load on an H100 gave p99
-    1.58 s with them against 0.91 s without (bench/NOTES.md, 2026-12-07 third). Their memory is the
+    1.58 s with them against 0.91 s without (bench/NOTES.md, 2026-12-07 third; capturing without
+    the emptying: 0.83-1.02 s, one capture out of memory, fourth). Their memory is the
     probe's to count (`TorchMeasurer.hold_prefill_graphs`): no out-of-memory line at capacity since."""
     if setting not in (None, "", "0", "1"):
         raise ValueError(f"TELESUM_PREFILL_GRAPHS must be 0 or 1, not {setting!r}")
