@@ -62,7 +62,8 @@ class ModelRunner:
         most the model's context; the probe captures the worker's graphs beside a tape of a few rows).
         largest_bin: (tokens, sequences) of the dispatcher's largest bin; given, a bin's prefill
         replays a graph captured per bucket on first use (on CUDA, with decode graphs on, when
-        `wants_prefill_graphs`); None: prefills run eagerly (the probe measures those)."""
+        `graphs_wanted` asks for them: the probe counts their memory only then); None: prefills run
+        eagerly (the probe measures those)."""
         self.model = model
         self.kv = kv
         self.device = torch.device(device)
@@ -73,8 +74,7 @@ class ModelRunner:
         self.decode_step = DecodeGraphs(model, kv, self.device, max_batch=max_decode_batch,
                                         max_seqlen_k=max_seqlen_k, use_graphs=decode_graphs)
         self.prefill_step: PrefillGraphs | None = None
-        if largest_bin is not None and self.decode_step.use_graphs and wants_prefill_graphs(
-                os.environ.get(PREFILL_GRAPHS_ENV)):
+        if largest_bin is not None and self.decode_step.use_graphs and graphs_wanted()[1]:  # as the probe counted
             self.prefill_step = PrefillGraphs(model, kv, self.device, max_tokens=largest_bin[0],
                                               max_seqs=largest_bin[1], max_seqlen_k=max_seqlen_k, use_graphs=True)
 
