@@ -239,7 +239,7 @@ def test_engine_decode_batch_mixes_stop_sets_eos_and_lengths(tiny_model):
     assert engine.scheduler.decoding.seqs == [] and engine.scheduler.slabs.num_used_rows == 0
 
 
-def test_engine_bin_out_of_memory_is_split_in_halves_down_to_one_and_loses_nothing(tiny_model):
+def test_engine_bin_out_of_memory_is_split_in_halves_down_to_one_and_loses_nothing(tiny_model, caplog):
     engine = make_engine(tiny_model, token_budget=64)
     original = engine.runner.prefill_bin
     sizes = []
@@ -258,6 +258,10 @@ def test_engine_bin_out_of_memory_is_split_in_halves_down_to_one_and_loses_nothi
     assert engine.oom.events == 3  # counted for the operator (telesum_gpu_out_of_memory_total)
     assert [s.output for s in seqs] == [reference_greedy(tiny_model, p, 5) for p in prompts]
     assert all(s.error is None for s in seqs) and engine.scheduler.slabs.num_used_rows == 0
+    warned = [r.getMessage() for r in caplog.records if "ran out of GPU memory" in r.getMessage()]
+    assert warned[0] == ("a bin of 4 sequences ran out of GPU memory; retrying it as bins of 2 and 2: "
+                         "CUDA out of memory. Tried to allocate 2.00 GiB")  # the allocator's why, for the operator
+    assert len(warned) == 3
 
 
 def test_engine_chunk_out_of_memory_halves_the_chunk_then_fails_only_that_sequence(tiny_model, monkeypatch):

@@ -347,10 +347,11 @@ class Engine:
     def _after_out_of_memory(self, plan: Plan, seqs: list[Sequence], exc: BaseException) -> None:
         if self.runner.device.type == "cuda":
             torch.cuda.empty_cache()
-        failed = self.oom.recover(plan, seqs)
+        reason = str(exc).splitlines()[0][:400] if str(exc) else type(exc).__name__
+        failed = self.oom.recover(plan, seqs, reason)
         if failed:
             error = OutOfMemory(f"the GPU ran out of memory for this sequence ({failed[0].prompt_len} prompt "
-                                f"tokens) even alone in the smallest chunks: {str(exc).splitlines()[0][:200]}")
+                                f"tokens) even alone in the smallest chunks: {reason[:200]}")
             self.scheduler.fail(failed, error)
             self._emit(failed)
 
