@@ -156,27 +156,31 @@ def test_probe_through_the_real_passes_finds_the_injected_limit(loaded):
     assert r.max_decode_seqs == r.kv_rows // (128 + 32) and bucket in shapes  # the decode trial ran that batch
 
 
-KEPT_AFTER_RELEASE = 160 << 20  # the 128 MiB measured, and a margin
+KEPT_FIRST_ROUND = 256 << 20  # an H100 kept 172 MiB after the first round (library state of the capture stream)
+NO_GROWTH = 16 << 20
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="prefill graphs need a GPU")
 def test_held_prefill_graphs_take_memory_until_replaced_or_released():
     """On a GPU: the largest bin's prefill graphs hold memory (their pool and logits buffer) that the
-    probe sees as gone; a smaller bin's graphs replace them, and releasing frees them, less the
-    128 MiB an H100 kept after each hold of two buckets (2026-12-07, twice, also after a first hold
-    and release); likeliest the library workspaces of the new side stream each capture's warm-up
-    runs on (`capture_graph`), bounded by torch's pool of streams: bench/NOTES.md."""
+    probe sees as gone; a smaller bin's graphs replace them, and releasing frees them. The first round
+    leaves the capture stream's library state behind (workspaces, once per process); later rounds
+    must leave nothing more, as each new side stream once did (128 MiB per hold: bench/NOTES.md)."""
     on_gpu = random_model(ModelConfig.tiny(num_layers=4, max_position_embeddings=4096, hidden_size=512,
                                            num_heads=8, num_kv_heads=4, head_dim=64, intermediate_size=2048),
                           device="cuda", dtype=torch.bfloat16,
                           backend="torch_fa2")
     m = TorchMeasurer(on_gpu, "cuda")
     free = m.free_bytes()
-    large = m.hold_prefill_graphs(32768, 1024)
-    assert large > 32768 * 2048 * 2  # at least the MLP's activations of a 32,768-token bin
-    assert m.free_bytes() <= free - large
-    small = m.hold_prefill_graphs(4096, 1024)
-    assert 0 < small < large and m.free_bytes() > free - large
-    assert large > 2 * KEPT_AFTER_RELEASE  # else the check below could pass with the pool still held
-    m.release_graphs()
-    assert m.free_bytes() >= free - KEPT_AFTER_RELEASE
+    kept = []
+    for _ in range(3):
+        large = m.hold_prefill_graphs(32768, 1024)
+        assert large > 32768 * 2048 * 2  # at least the MLP's activations of a 32,768-token bin
+        assert m.free_bytes() <= free - large
+        small = m.hold_prefill_graphs(4096, 1024)
+        assert 0 < small < large and m.free_bytes() > free - large
+        assert large > 2 * KEPT_FIRST_ROUND  # else the checks below could pass with the pool still held
+        m.release_graphs()
+        kept.append(free - m.free_bytes())
+    assert kept[0] <= KEPT_FIRST_ROUND, kept
+    assert all(k <= kept[0] + NO_GROWTH for k in kept[1:]), kept
