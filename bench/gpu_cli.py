@@ -137,11 +137,13 @@ def chart(files: list[Path], out: Path) -> None:
     fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(results)), 4))
     for offset, (key, name) in enumerate((("cli_steady_records_per_s", "telesum summarize"),
                                           ("in_process_steady_records_per_s", "Summarizer in one process"))):
-        xs = [i + (offset - 0.5) * 0.38 for i in range(len(results))]
-        bars = ax.bar(xs, [r.get(key) or 0 for r in results], width=0.38, label=name)
+        ran = [i for i, r in enumerate(results) if r.get(key) is not None]  # in-process-only runs have no CLI bar
+        if not ran:
+            continue
+        bars = ax.bar([i + (offset - 0.5) * 0.38 for i in ran], [results[i][key] for i in ran], width=0.38, label=name)
         ax.bar_label(bars, fmt="%.0f", fontsize=7)
-    ax.set_xticks(range(len(results)), [f"{r['label']}\n{r.get('shape', 'smollm2')}, {r['new_tokens']} tokens"
-                                        for r in results], fontsize=8)
+    ax.set_xticks(range(len(results)), [f"{r['label'].replace('_', ' ')}\n{r.get('shape', 'smollm2')}, "
+                                        f"{r['new_tokens']} tokens" for r in results], fontsize=7)
     ax.set_ylabel("records/s, steady")
     ax.set_title(f"short records, {results[0]['date'][:10]}", fontsize=9)
     ax.legend(fontsize=8)
