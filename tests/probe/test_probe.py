@@ -306,6 +306,21 @@ def test_probe_budgets_graph_settings_are_probed_apart(tmp_path, monkeypatch, en
     assert _probe(tmp_path, dev).source == "cache"
 
 
+def test_probe_budgets_allocator_settings_are_probed_apart(tmp_path, monkeypatch):
+    """Growable segments fit more KV rows than fixed ones (an H100, bf16 7B: 964,844 against 944,072):
+    budgets probed under other allocator settings than the worker's are not reused."""
+    dev = FakeDevice()
+    monkeypatch.delenv("PYTORCH_ALLOC_CONF", raising=False)
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    growable = _probe(tmp_path, dev)
+    assert json.loads(Path(growable.cache_path).read_text())["key"]["allocator"] == "expandable_segments:True"
+    monkeypatch.setenv("PYTORCH_ALLOC_CONF", "expandable_segments:False")  # the newer name wins
+    fixed = _probe(tmp_path, dev)
+    assert fixed.source == "probe" and fixed.cache_path != growable.cache_path
+    monkeypatch.delenv("PYTORCH_ALLOC_CONF")
+    assert _probe(tmp_path, dev).source == "cache"
+
+
 def test_probe_budgets_prefill_graphs_hold_the_operators_sequences_per_bin(tmp_path, monkeypatch):
     """A bin of more sequences than the default gives the prefill graphs more logits rows: the probe
     holds graphs of that many sequences, the arena shrinks by them, and the entry is its own; with

@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from worker.probe.cache import cache_key, cache_path, default_cache_dir, load_entry, model_fingerprint, store_entry
+from worker.probe.cache import (allocator_settings, cache_key, cache_path, default_cache_dir, load_entry,
+                                model_fingerprint, store_entry)
 from worker.probe.search import TYPICAL_PROMPT_TOKENS, ProbeError, SearchResult, run_probe
 from worker.settings.budgets import GPU_MAX_SEQS_PER_BIN
 
@@ -82,7 +83,7 @@ def probe_budgets(loaded, device, *, max_new_tokens: int, typical_prompt_tokens:
                     torch_version=torch.__version__, max_new_tokens=max_new_tokens,
                     typical_prompt_tokens=typical_prompt_tokens, bin_tokens=bin_tokens,
                     decode_graphs=decode_graphs, prefill_graphs=prefill_graphs,
-                    prefill_graph_seqs=bin_seqs if prefill_graphs else None)
+                    prefill_graph_seqs=bin_seqs if prefill_graphs else None, allocator=allocator_settings())
     path = cache_path(Path(cache_dir) if cache_dir is not None else default_cache_dir(), key)
     common = {"device_name": measurer.device_name, "total_bytes": measurer.total_bytes, "cache_path": str(path)}
     free_at_start = measurer.free_bytes()
