@@ -347,7 +347,7 @@ class Engine:
     def _after_out_of_memory(self, plan: Plan, seqs: list[Sequence], exc: BaseException) -> None:
         if self.runner.device.type == "cuda":
             torch.cuda.empty_cache()
-        reason = str(exc).splitlines()[0][:400] if str(exc) else type(exc).__name__
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0][:400]
         failed = self.oom.recover(plan, seqs, reason)
         if failed:
             error = OutOfMemory(f"the GPU ran out of memory for this sequence ({failed[0].prompt_len} prompt "

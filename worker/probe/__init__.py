@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from worker.probe.cache import (allocator_settings, cache_key, cache_path, default_cache_dir, load_entry,
-                                model_fingerprint, store_entry)
+from worker.probe.cache import cache_key, cache_path, default_cache_dir, load_entry, model_fingerprint, store_entry
 from worker.probe.search import TYPICAL_PROMPT_TOKENS, ProbeError, SearchResult, run_probe
+from worker.settings.allocator import allocator_settings
 from worker.settings.budgets import GPU_MAX_SEQS_PER_BIN
 
 log = logging.getLogger(__name__)

@@ -45,17 +45,12 @@ def cache_key(*, gpu_name: str, total_bytes: int, model: str, model_shape: str, 
               prefill_graph_seqs: int | None = None, allocator: str = "") -> dict:
     """decode_graphs/prefill_graphs: which CUDA graphs the worker holds (the probe leaves room for them);
     prefill_graph_seqs: the sequences a bin's prefill graphs hold logits for (None: prefill graphs off);
-    allocator: torch's allocator settings (`allocator_settings`): growable segments fit more rows."""
+    allocator: torch's allocator settings (`worker.settings.allocator`): growable segments fit more rows."""
     return {"version": CACHE_VERSION, "gpu_name": gpu_name, "total_bytes": total_bytes, "model": model,
             "model_shape": model_shape, "dtype": dtype, "torch_version": torch_version,
             "max_new_tokens": max_new_tokens, "typical_prompt_tokens": typical_prompt_tokens,
             "bin_tokens": bin_tokens, "decode_graphs": decode_graphs, "prefill_graphs": prefill_graphs,
             "prefill_graph_seqs": prefill_graph_seqs, "allocator": allocator}
-
-
-def allocator_settings() -> str:
-    """The CUDA allocator's settings as the environment gives them (`worker/__init__.py` sets a default)."""
-    return os.environ.get("PYTORCH_ALLOC_CONF") or os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
 
 
 def cache_path(directory: Path, key: dict) -> Path:
