@@ -175,6 +175,10 @@ def main() -> None:
         ap.error("--tokenizer is required to run")
     tokenizer = args.tokenizer.resolve()
     WORK.mkdir(parents=True, exist_ok=True)
+    import torch
+
+    from worker.benchmarks.gpu_util import host_cpu
+
     device = "cpu" if args.cpu else "cuda"
     model_dir = shape_model_dir(WORK, cpu=args.cpu, shape=args.shape)
     engine = {name: value for name, value in (("dtype", args.dtype), ("kv_cache", args.kv_cache)) if value != "auto"}
@@ -187,6 +191,7 @@ def main() -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "XDG_CACHE_HOME": str(WORK / "cache"),
            "PYTHONPYCACHEPREFIX": str(WORK / "cache" / "pycache")}
     res: dict = {"label": args.label, "shape": args.shape, "engine": engine, "sizes": sizes, "new_tokens": args.new_tokens,
+                 "device": "cpu" if args.cpu else torch.cuda.get_device_name(), "host": host_cpu(),
                  "command": "python bench/gpu_cli.py " + " ".join(sys.argv[1:]),
                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     if not args.in_process_only:

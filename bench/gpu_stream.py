@@ -477,7 +477,10 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     new_tokens = args.new_tokens or (8 if args.cpu else 64)
-    res: dict = {"device": "cpu" if args.cpu else torch.cuda.get_device_name(), "torch": torch.__version__,
+    from worker.benchmarks.gpu_util import host_cpu
+
+    res: dict = {"device": "cpu" if args.cpu else torch.cuda.get_device_name(), "host": host_cpu(),
+                 "torch": torch.__version__,
                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "new_tokens": new_tokens,
                  "command": "python bench/gpu_stream.py " + " ".join(sys.argv[1:] if argv is None else argv)}
     out_json = args.out / ("cpu_stream.json" if args.cpu else "gpu_stream.json")

@@ -1,6 +1,7 @@
 """bench/gpu_stream.py in its CPU form (tiny random model): the sweep's bookkeeping, not its speed."""
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -33,6 +34,7 @@ def test_gpu_stream_cpu_form_answers_every_record_and_reports_phases(tmp_path):
     assert "mixed" not in tiny["capacity"]["steps"] and "mixed" not in tiny["load_0.5"]["steps"]
     assert tiny["capacity_mixed"]["steps"]["mixed"]["steps"] > 0
     assert (tmp_path / "cpu_stream.json").exists()
+    assert res["host"].endswith(" cores")
 
 
 def test_startup_breakdown_places_each_phase_and_the_wait_for_the_first_summary():
@@ -66,3 +68,13 @@ def test_variant_sets_a_part_of_the_scheduler_and_restores_it():
         sched.max_mixed_rows = 3  # as an out-of-memory mixed step would
     assert sched.pacer.step_target_s == STEP_TARGET_S and sched.max_mixed_rows == 7
     assert sched._split_bin is None  # the default: bins stay whole
+
+
+def test_host_cpu_names_the_processor_model_and_cores(tmp_path):
+    from worker.benchmarks.gpu_util import host_cpu
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9454 48-Core Processor\n"
+                    "processor\t: 1\nmodel name\t: AMD EPYC 9454 48-Core Processor\n")
+    assert host_cpu(str(info)) == f"AMD EPYC 9454 48-Core Processor, {os.cpu_count()} cores"
+    assert host_cpu(str(tmp_path / "absent")).startswith("unknown processor, ")

@@ -1,12 +1,25 @@
-"""Helpers shared by the GPU benchmark scripts under bench/: synchronised timing and NVML sampling."""
+"""Helpers shared by the GPU benchmark scripts under bench/: synchronised timing, NVML sampling, the host."""
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
 
 import torch
+
+
+def host_cpu(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The host's processor model and core count, e.g. "AMD EPYC 9454 48-Core Processor, 16 cores": two
+    H100s of one kind ran the SmolLM2 shape's host-bound figures up to 30 % apart (bench/NOTES.md,
+    2026-12-07 sixth), so a result names its host too."""
+    try:
+        with open(cpuinfo) as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        model = ""
+    return f"{model or 'unknown processor'}, {os.cpu_count()} cores"
 
 
 def sync_time() -> float:
