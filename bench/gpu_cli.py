@@ -31,6 +31,8 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_job import records_for  # noqa: E402
+
+from worker.benchmarks.gpu_util import HostCpuShares  # noqa: E402
 from gpu_stream import shape_model_dir  # noqa: E402
 
 WORK = Path("/tmp/telesum-cli")
@@ -50,11 +52,12 @@ def cli_run(model_dir: Path, tokenizer: Path, data: Path, new_tokens: int, env: 
         cmd = ["py-spy", "record", "-r", "50", "--idle", "--threads", "--nonblocking", "-f", "raw", "-o", str(spy),
                "--"] + cmd
     t0 = time.perf_counter()
-    with busy_sampler(device) as busy:
+    with busy_sampler(device) as busy, HostCpuShares() as host:
         proc = subprocess.run(cmd, env=env, cwd=WORK, capture_output=True, text=True)
     seconds = time.perf_counter() - t0
     summaries = sum(1 for _ in output.open()) if output.exists() else 0
     return {"seconds": seconds, "returncode": proc.returncode, "summaries": summaries, **busy_of(busy),
+            "host_cpu": host.shares(),
             "log_tail": proc.stdout[-1500:] + proc.stderr[-1500:] if proc.returncode or spy else ""}
 
 
@@ -99,9 +102,10 @@ def in_process_runs(model_dir: Path, tokenizer: Path, files: dict[int, Path], ne
             runs = {}
             for size, records in sorted(loaded.items()):
                 t0 = time.perf_counter()
-                with busy_sampler(device) as busy:
+                with busy_sampler(device) as busy, HostCpuShares() as host:
                     failed = sum(isinstance(r, Exception) for _, r in summarizer.results_in_order(records))
-                runs[size] = {"seconds": time.perf_counter() - t0, "failed": failed, **busy_of(busy)}
+                runs[size] = {"seconds": time.perf_counter() - t0, "failed": failed, **busy_of(busy),
+                              "host_cpu": host.shares()}
             return runs
 
         out.update(sizes())

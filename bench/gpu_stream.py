@@ -44,6 +44,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from worker.benchmarks.gpu_util import HostCpuShares  # noqa: E402
 from worker.engine.bins import split_bin_at  # noqa: E402 - a scheduler variant's value
 
 LOADS = (0.05, 0.2, 0.5, 0.8, 0.95)
@@ -69,9 +70,11 @@ def capacity_run(summarizer, records) -> dict:
     if trace is not None:
         trace.clear()
     t0 = time.perf_counter()
-    failed = sum(isinstance(r, Exception) for _, r in summarizer.results_in_order(records))
+    with HostCpuShares() as host:
+        failed = sum(isinstance(r, Exception) for _, r in summarizer.results_in_order(records))
     dt = time.perf_counter() - t0
-    out = {"records": len(records), "failed": failed, "seconds": dt, "records_per_s": len(records) / dt}
+    out = {"records": len(records), "failed": failed, "seconds": dt, "records_per_s": len(records) / dt,
+           "host_cpu": host.shares()}
     if trace is not None:
         out["steps"] = trace.summary(since_s=t0)
     return out
@@ -143,6 +146,7 @@ def stream_run(summarizer, records, *, rate: float, seconds: float, in_flight_bo
     if trace is not None:
         trace.clear()
     backpressured = 0
+    host = HostCpuShares().start()  # stopped once every answer is in
     t0 = time.perf_counter()
     for i in range(n):
         if in_flight_bound is None and time.perf_counter() - t0 > seconds:
@@ -165,6 +169,7 @@ def stream_run(summarizer, records, *, rate: float, seconds: float, in_flight_bo
     submitted_s = time.perf_counter() - t0
     with collector.cv:
         collector.cv.wait_for(lambda: len(collector.answers) >= n, timeout=drain_timeout_s)
+    host.stop()
     collector.stop = True
     collector.join()
     latencies, phases, failed, reasons = [], {"queued_s": [], "prefill_s": [], "decode_s": []}, 0, {}
@@ -181,7 +186,8 @@ def stream_run(summarizer, records, *, rate: float, seconds: float, in_flight_bo
            "achieved_rate": n / submitted_s, "backpressure_retries": backpressured,
            "p50_s": percentile(latencies, 0.5), "p90_s": percentile(latencies, 0.9),
            "p99_s": percentile(latencies, 0.99), "mean_s": statistics.fmean(latencies) if latencies else None,
-           **{f"median_{k}": statistics.median(v) if v else None for k, v in phases.items()}}
+           **{f"median_{k}": statistics.median(v) if v else None for k, v in phases.items()},
+           "host_cpu": host.shares()}
     if trace is not None:
         out["steps"] = trace.summary(since_s=t0)
     return out

@@ -27,6 +27,7 @@ def test_gpu_stream_cpu_form_answers_every_record_and_reports_phases(tmp_path):
         assert run["answered"] == run["records"] >= 10 and run["failed"] == 0
         assert 0 < run["p50_s"] <= run["p90_s"] <= run["p99_s"]
         assert run["median_decode_s"] is not None and run["median_queued_s"] >= 0
+        assert abs(sum(run["host_cpu"].values()) - 1.0) < 0.01  # this machine has /proc/stat
         steps = run["steps"]
         assert steps["decode"]["steps"] > 0
         assert steps.get("prefill", {}).get("steps", 0) + steps.get("mixed", {}).get("steps", 0) > 0
@@ -78,3 +79,17 @@ def test_host_cpu_names_the_processor_model_and_cores(tmp_path):
                     "processor\t: 1\nmodel name\t: AMD EPYC 9454 48-Core Processor\n")
     assert host_cpu(str(info)) == f"AMD EPYC 9454 48-Core Processor, {os.cpu_count()} cores"
     assert host_cpu(str(tmp_path / "absent")).startswith("unknown processor, ")
+
+
+def test_host_cpu_shares_split_the_window_into_busy_iowait_idle_and_steal(tmp_path):
+    from worker.benchmarks.gpu_util import HostCpuShares
+
+    stat = tmp_path / "stat"
+    #                 user nice system idle iowait irq softirq steal
+    stat.write_text("cpu  100 0 50 1000 10 0 0 5 0 0\ncpu0 50 0 25 500 5 0 0 2 0 0\n")
+    with HostCpuShares(str(stat)) as host:
+        stat.write_text("cpu  400 0 150 1200 10 20 30 205 0 0\n")
+    # deltas: user 300, system 100, irq 20, softirq 30 -> busy 450; idle 200; iowait 0; steal 200; of 850
+    assert host.shares() == {"busy": round(450 / 850, 4), "iowait": 0.0, "idle": round(200 / 850, 4),
+                             "steal": round(200 / 850, 4)}
+    assert HostCpuShares(str(tmp_path / "absent")).start().shares() == {}

@@ -22,6 +22,56 @@ def host_cpu(cpuinfo: str = "/proc/cpuinfo") -> str:
     return f"{model or 'unknown processor'}, {os.cpu_count()} cores"
 
 
+class HostCpuShares:
+    """How the host's CPUs spent a window, from /proc/stat's first line at its start and end: shares of
+    busy (user, nice, system, interrupts), I/O wait, idle, and steal (time the hypervisor gave another
+    guest of a shared host). A host-bound figure is read against these: steal or a busy host explains
+    a slow run that the GPU's busy share alone does not."""
+
+    _FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+    def __init__(self, stat: str = "/proc/stat") -> None:
+        self.stat = stat
+        self._start: list[int] | None = None
+        self._end: list[int] | None = None
+
+    def _read(self) -> list[int] | None:
+        try:
+            with open(self.stat) as f:
+                first = f.readline().split()
+        except OSError:
+            return None
+        if not first or first[0] != "cpu":
+            return None
+        values = [int(x) for x in first[1:1 + len(self._FIELDS)]]
+        return values + [0] * (len(self._FIELDS) - len(values))  # older kernels give fewer fields
+
+    def start(self) -> HostCpuShares:
+        self._start, self._end = self._read(), None
+        return self
+
+    def stop(self) -> None:
+        self._end = self._read()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def shares(self) -> dict:
+        """{"busy", "iowait", "idle", "steal"}: shares of all CPUs' time over the window ({} unreadable)."""
+        if self._start is None or self._end is None:
+            return {}
+        d = dict(zip(self._FIELDS, (b - a for a, b in zip(self._start, self._end))))
+        total = sum(d.values())
+        if total <= 0:
+            return {}
+        busy = d["user"] + d["nice"] + d["system"] + d["irq"] + d["softirq"]
+        return {name: round(v / total, 4) for name, v in
+                (("busy", busy), ("iowait", d["iowait"]), ("idle", d["idle"]), ("steal", d["steal"]))}
+
+
 def sync_time() -> float:
     """perf_counter after every queued kernel has finished."""
     torch.cuda.synchronize()
