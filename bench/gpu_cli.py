@@ -31,9 +31,9 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_job import records_for  # noqa: E402
-
-from worker.benchmarks.gpu_util import HostCpuShares  # noqa: E402
 from gpu_stream import shape_model_dir  # noqa: E402
+
+from worker.benchmarks.gpu_util import GpuBusySampler, HostCpuShares, host_cpu  # noqa: E402
 
 WORK = Path("/tmp/telesum-cli")
 
@@ -65,7 +65,6 @@ def busy_sampler(device: str):
     """NVML's busy share sampled over a run (none on the CPU)."""
     if device == "cpu":
         return contextlib.nullcontext()
-    from worker.benchmarks.gpu_util import GpuBusySampler
     return GpuBusySampler()
 
 
@@ -180,8 +179,6 @@ def main() -> None:
     tokenizer = args.tokenizer.resolve()
     WORK.mkdir(parents=True, exist_ok=True)
     import torch
-
-    from worker.benchmarks.gpu_util import host_cpu
 
     device = "cpu" if args.cpu else "cuda"
     model_dir = shape_model_dir(WORK, cpu=args.cpu, shape=args.shape)

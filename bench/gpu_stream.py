@@ -44,7 +44,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from worker.benchmarks.gpu_util import HostCpuShares  # noqa: E402
+from worker.benchmarks.gpu_util import HostCpuShares, host_cpu  # noqa: E402
 from worker.engine.bins import split_bin_at  # noqa: E402 - a scheduler variant's value
 
 LOADS = (0.05, 0.2, 0.5, 0.8, 0.95)
@@ -483,8 +483,6 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     new_tokens = args.new_tokens or (8 if args.cpu else 64)
-    from worker.benchmarks.gpu_util import host_cpu
-
     res: dict = {"device": "cpu" if args.cpu else torch.cuda.get_device_name(), "host": host_cpu(),
                  "torch": torch.__version__,
                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "new_tokens": new_tokens,

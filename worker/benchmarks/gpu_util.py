@@ -11,8 +11,8 @@ import torch
 
 
 def host_cpu(cpuinfo: str = "/proc/cpuinfo") -> str:
-    """The host's processor model and core count, e.g. "AMD EPYC 9454 48-Core Processor, 16 cores": two
-    H100s of one kind ran the SmolLM2 shape's host-bound figures up to 30 % apart (bench/NOTES.md,
+    """The host's processor model and core count, e.g. "AMD EPYC 9454 48-Core Processor, 16 cores": H100
+    machines of one kind ran the SmolLM2 shape's host-bound figures 23-26 % apart (bench/NOTES.md,
     2026-12-07 sixth), so a result names its host too."""
     try:
         with open(cpuinfo) as f:
