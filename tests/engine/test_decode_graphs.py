@@ -85,11 +85,11 @@ def test_summarizer_start_captures_the_buckets_its_budgets_reach_before_the_gpu_
     assert warmed == [(48, True)]  # the bucket holding 40 sequences, before the loop thread existed
 
 
-def test_start_up_captures_only_the_small_buckets_the_rest_when_first_needed():
-    """capture_decode_graphs warms the buckets up to CAPTURED_AT_START, whatever the budgets reach;
-    with graphs off it does nothing."""
+def test_start_up_captures_every_bucket_the_budgets_reach():
+    """capture_decode_graphs warms the buckets up to the one holding `reach` sequences (all of them
+    when reach is None or past the largest); with graphs off it does nothing."""
     from worker.engine.decode_graphs import decode_buckets
-    from worker.engine.warmup import CAPTURED_AT_START, capture_decode_graphs
+    from worker.engine.warmup import capture_decode_graphs
 
     class Graphs:
         use_graphs, max_batch = True, 1024
@@ -103,7 +103,9 @@ def test_start_up_captures_only_the_small_buckets_the_rest_when_first_needed():
             self.warmed = largest
 
     graphs = Graphs()
-    assert capture_decode_graphs(graphs, 2021) == CAPTURED_AT_START == graphs.warmed
+    assert capture_decode_graphs(graphs, 2021) == 1024 == graphs.warmed
+    assert capture_decode_graphs(graphs, None) == 1024 == graphs.warmed
+    assert capture_decode_graphs(graphs, 300) == 384 == graphs.warmed
     assert capture_decode_graphs(graphs, 20) == 32 == graphs.warmed
     graphs.use_graphs, graphs.warmed = False, None
     assert capture_decode_graphs(graphs, 2021) is None and graphs.warmed is None

@@ -14,20 +14,16 @@ from worker.engine.sequence import SamplingParams, Sequence
 log = logging.getLogger(__name__)
 
 
-# Decode buckets captured at start-up: the small batches every stream begins with. A larger bucket
-# is captured the first time a batch needs it (DecodeGraphs.run), one stall of a few hundred ms per
-# bucket, once: on an H200 the buckets up to 1,024 took 4.5 s of a cold start and, with the
-# elementwise ops' compilation, 8.6 s of a warm one.
-CAPTURED_AT_START = 64
-
-
 def capture_decode_graphs(graphs: DecodeGraphs, reach: int | None) -> int | None:
-    """Every bucket a decode batch of up to `reach` sequences (None: any) falls in, up to
-    CAPTURED_AT_START, captured now; returns the largest (None: graphs off, nothing to do). Call
-    before the GPU loop starts: a capture stalls every decoding sequence."""
+    """Every bucket a decode batch of up to `reach` sequences (None: any) falls in, captured now;
+    returns the largest (None: graphs off, nothing to do). Call before the GPU loop starts: a capture
+    synchronises and empties the caches while every decoding sequence waits. With the elementwise ops
+    as Triton kernels a bucket takes 0.04-0.08 s after the first (H100, 2026-12-07), so all of them
+    cost ~0.5 s of start-up; captured when first needed instead, 0-2 of them fell inside each 8 s
+    stream at 80 % load, 0.05-0.14 s each (bench/NOTES.md, 2026-12-07 sixth)."""
     if not graphs.use_graphs:
         return None
-    largest = graphs.bucket_for(min(reach or graphs.max_batch, graphs.max_batch, CAPTURED_AT_START))
+    largest = graphs.bucket_for(min(reach or graphs.max_batch, graphs.max_batch))
     graphs.warm(largest)
     return largest
 
