@@ -139,9 +139,8 @@ class TorchMeasurer:
         return self._trial(lambda: self._decode(num_seqs, context, kv_rows, max_new_tokens))
 
     def hold_decode_graphs(self) -> int:
-        """Capture every decode batch bucket in the order the worker does (the small ones at start, the
-        rest smallest first as steps first need them: the pool may grow past what the largest alone
-        takes), over a tape of two rows (the captures touch only slab 0's first row and the scratch
+        """Capture every decode batch bucket the way the worker does at start-up (all of them, the
+        largest first, so the smaller ones reuse its pool), over a tape of two rows (the captures touch only slab 0's first row and the scratch
         row), and keep the graphs until `release_graphs`; returns the drop in free memory:
         their memory pool and logits buffer. 0 without graphs (CPU, TELESUM_DECODE_GRAPHS=0)."""
         before = self.free_bytes()
@@ -151,8 +150,6 @@ class TorchMeasurer:
         if not graphs.use_graphs:
             return 0
         capture_decode_graphs(graphs, None)
-        for bucket in graphs.buckets:
-            graphs.warm(bucket)
         self._held_decode = runner
         return max(0, before - self.free_bytes())
 
