@@ -140,9 +140,10 @@ class TorchMeasurer:
 
     def hold_decode_graphs(self) -> int:
         """Capture every decode batch bucket the way the worker does at start-up (all of them, the
-        largest first, so the smaller ones reuse its pool), over a tape of two rows (the captures touch only slab 0's first row and the scratch
-        row), and keep the graphs until `release_graphs`; returns the drop in free memory:
-        their memory pool and logits buffer. 0 without graphs (CPU, TELESUM_DECODE_GRAPHS=0)."""
+        largest first, so the smaller ones reuse its pool), over a tape of two rows (the captures touch
+        only slab 0's first row and the scratch row), and keep the graphs until `release_graphs`;
+        returns the drop in free memory: their memory pool and logits buffer. 0 without graphs (CPU,
+        TELESUM_DECODE_GRAPHS=0)."""
         before = self.free_bytes()
         kv = KVCache.allocate(self.cfg, 2, self.dtype, self.device, fp8=self.fp8_kv)
         runner = ModelRunner(self.model, kv, self.device, max_seqlen_k=self.max_context)
