@@ -85,6 +85,18 @@ class DecodeBatch:
         if self.seqs:
             self.keep(np.fromiter((not s.is_done for s in self.seqs), dtype=bool, count=len(self.seqs)))
 
+    def successor(self, keep: np.ndarray) -> DecodeBatch:
+        """Rows `keep` [K] (indices) one token on: the inputs of the step after this one, planned before
+        this one's tokens are read. Its last_token is not known here (the engine feeds the device's)."""
+        nxt = DecodeBatch()
+        for name in _INT_FIELDS + _FLOAT_FIELDS:
+            setattr(nxt, name, getattr(self, name)[keep])  # indexing by an array copies
+        nxt.position += 1
+        nxt.out_len += 1
+        nxt.seqs = [self.seqs[i] for i in keep.tolist()]
+        nxt.stop_sets = self.stop_sets
+        return nxt
+
     def advance(self, tokens: np.ndarray) -> None:
         """Every row took one more token: tokens [B] (int64) feed the next step."""
         self.last_token = tokens

@@ -63,14 +63,17 @@ class DecodeGraphs:
         raise ValueError(f"decode batch {batch} exceeds the largest bucket {self.max_batch}")
 
     @torch.inference_mode()
-    def run(self, input_ids: Sequence[int], positions: Sequence[int], slab_starts: Sequence[int],
+    def run(self, input_ids: Sequence[int] | torch.Tensor, positions: Sequence[int], slab_starts: Sequence[int],
             head_starts: Sequence[int] | None = None, head_lens: Sequence[int] | None = None) -> torch.Tensor:
         """Logits float32 [B, V] for one token per sequence at `positions` (= rows already cached).
+        input_ids: host values, or an int64 tensor on the device (copied there, no host sync).
         head_starts/head_lens: shared copies of the sequences' first rows (see decode_attention)."""
         batch = len(input_ids)
         bucket = self.bucket_for(batch)
         host = np.zeros((_ROWS, bucket), dtype=np.int64)
-        host[_IDS, :batch] = input_ids
+        ids_on_device = isinstance(input_ids, torch.Tensor)
+        if not ids_on_device:
+            host[_IDS, :batch] = input_ids
         host[_POS, :batch] = positions
         host[_STARTS, :batch] = slab_starts
         host[_SLOTS, :batch] = host[_STARTS, :batch] + host[_POS, :batch]
@@ -84,6 +87,8 @@ class DecodeGraphs:
         if self._pin:
             staged = staged.pin_memory()  # the caching host allocator keeps it until the copy is done
         self._staging[:, :bucket].copy_(staged, non_blocking=True)
+        if ids_on_device:
+            self._staging[_IDS, :batch].copy_(input_ids)
         if not self.use_graphs:
             return self._forward(bucket, max(positions) + 1)[:batch]
         graph = self._graphs.get(bucket)

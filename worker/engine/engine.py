@@ -55,6 +55,7 @@ class Launched(NamedTuple):
     taken: float    # when its work was taken and scheduled
     tokens: torch.Tensor | None = None  # int64 [B]: on the host once `copied` completes (None until launched)
     copied: torch.cuda.Event | None = None  # marks the tokens' copy to the host (None: already there)
+    on_device: torch.Tensor | None = None  # the same tokens where the step sampled them: a decode ahead reads them
 
 
 def _start_read(tokens: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
@@ -223,19 +224,49 @@ class Engine:
             self._dispatcher_drained and self._long_inbox.empty() and self.scheduler.is_idle)
 
     def _launch_ahead(self, launched: Launched, now: float) -> bool:
-        """Queue the next waiting bin's prefill behind a launched bin prefill or decode step, before
-        reading that step's tokens: the bin needs nothing from them, so the GPU runs it while this
-        thread applies them, instead of waiting for this thread to launch it (the GPU idled between
-        steps for as long as a step's host work took). The launched step is then finished and the
-        bin's prefill left in flight for the next step. Not after chunks or mixed steps."""
+        """Queue the next step behind a launched bin prefill or decode step, before reading that
+        step's tokens, so the GPU runs it while this thread applies them instead of waiting for this
+        thread to launch it (the GPU idled between steps for as long as a step's host work took):
+        the next waiting bin's prefill (it needs nothing from those tokens), else, behind a decode
+        step, the next decode step, fed the tokens where they were sampled (`_decode_ahead`). The
+        launched step is then finished and the new one left in flight for the next step. Not after
+        chunks or mixed steps."""
         if not self.launch_ahead or not isinstance(launched.plan, (PrefillBin, Decode)):
             return False
         self._take_work(launched=True)
         ahead = self.scheduler.admit_bin_ahead(launched.plan)
         if ahead is None:
-            return False
+            return self._decode_ahead(launched)
         self._in_flight = self._launch(Launched(ahead, now, time.perf_counter()))
         self._finish(launched)
+        return True
+
+    def _decode_ahead(self, launched: Launched) -> bool:
+        """The decode step after a launched one, queued before its tokens are read
+        (Scheduler.decode_ahead); it counts as running from when the launched one is finished, so
+        that paced steps see decoding's time once. False (nothing queued) when the scheduler plans
+        otherwise, decode steps run in passes after running out of memory, or queueing it failed:
+        then the next step is planned and launched as usual, out-of-memory recovery included."""
+        if not isinstance(launched.plan, Decode) or self.oom.decode_pass_rows is not None:
+            return False
+        planned = self.scheduler.decode_ahead(launched.plan)
+        if planned is None:
+            return False
+        plan, keep = planned
+        ids = launched.on_device
+        if len(keep) < len(ids):  # rows at their length limit leave
+            rows = torch.from_numpy(keep)
+            ids = ids[rows.pin_memory().to(ids.device, non_blocking=True) if ids.is_cuda else rows]
+        try:
+            on_device = self._run_model(plan, plan.seqs, ids)
+        except Exception:  # noqa: BLE001 - planned again after the launched step, where it is handled
+            log.debug("decode step ahead not queued", exc_info=True)
+            return False
+        tokens, copied = _start_read(on_device)
+        self.oom.step_ran()
+        self._finish(launched)
+        now = time.perf_counter()
+        self._in_flight = Launched(plan, now, now, tokens, copied, on_device)
         return True
 
     def _pace(self, plan: Plan | None, started: float, taken: float, ended: float) -> None:
@@ -312,7 +343,8 @@ class Engine:
             for s in heads:
                 s.prefix_in_slab = True
         try:
-            tokens, copied = _start_read(self._run_model(plan, seqs))  # queued on the device, not read yet
+            on_device = self._run_model(plan, seqs)
+            tokens, copied = _start_read(on_device)  # queued on the device, not read yet
         except Exception as exc:
             if is_out_of_memory(exc):
                 self._after_out_of_memory(plan, seqs, exc)
@@ -328,7 +360,7 @@ class Engine:
                 self._wake(self.prefix.remember(plan.prefill.seqs if isinstance(plan, MixedStep) else seqs))
             elif isinstance(plan, PrefillChunk) and plan.is_last:
                 self._wake(self.prefix.remember(seqs))
-        return step._replace(tokens=tokens, copied=copied)
+        return step._replace(tokens=tokens, copied=copied, on_device=on_device)
 
     def _finish(self, step: Launched) -> None:
         """Read a launched step's tokens and apply them, then tell the observers. The wait is the
@@ -355,9 +387,10 @@ class Engine:
             self.scheduler.fail(failed, error)
             self._emit(failed)
 
-    def _run_model(self, plan: Plan, seqs: list[Sequence]) -> torch.Tensor:
+    def _run_model(self, plan: Plan, seqs: list[Sequence], ids: torch.Tensor | None = None) -> torch.Tensor:
         """The step's forward pass and sampling, queued -> int64 [B] tokens on the device, not waited
-        for (empty for a non-final chunk)."""
+        for (empty for a non-final chunk). ids: a decode step's input tokens on the device (a decode
+        ahead: the step before it sampled them), else the batch's."""
         if isinstance(plan, (PrefillBin, MixedStep)):
             prefill = plan.prefill if isinstance(plan, MixedStep) else plan
             work: BinWork = prefill.bin
@@ -377,15 +410,17 @@ class Engine:
             rows = SamplingRows.of(seqs)
         else:
             assert isinstance(plan, Decode)
-            batch = self.scheduler.decoding  # the plan's sequences, as arrays
+            batch = self.scheduler.decoding if plan.ahead is None else plan.ahead  # the plan's rows, as arrays
             size = self.oom.decode_pass_rows or len(batch)
-            return torch.cat([self._decode_pass(batch, slice(i, i + size)) for i in range(0, len(batch), size)])
+            return torch.cat([self._decode_pass(batch, slice(i, i + size), ids)
+                              for i in range(0, len(batch), size)])
         return self._sample(logits, rows)
 
-    def _decode_pass(self, batch, part: slice) -> torch.Tensor:
-        """Decode and sample rows `part` of the decode batch -> int64 tokens of those rows, on the device."""
-        logits = self.runner.decode(batch.last_token[part], batch.position[part], batch.slab_start[part],
-                                    batch.head_start[part], batch.head_len[part])
+    def _decode_pass(self, batch, part: slice, ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Decode and sample rows `part` of the decode batch -> int64 tokens of those rows, on the
+        device. ids: the batch's input tokens on the device (else its last_token)."""
+        logits = self.runner.decode(batch.last_token[part] if ids is None else ids[part], batch.position[part],
+                                    batch.slab_start[part], batch.head_start[part], batch.head_len[part])
         return self._sample(logits, SamplingRows.of_batch(batch, part))
 
     def _sample(self, logits: torch.Tensor, rows: SamplingRows) -> torch.Tensor:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worker.engine.sequence import Sequence
+
+if TYPE_CHECKING:
+    from worker.engine.decode_batch import DecodeBatch
 
 
 @dataclass
@@ -40,6 +43,9 @@ class Decode:
     """One decode step: every active sequence advances one token."""
 
     seqs: list[Sequence]
+    # Planned behind the decode step before it, before that step's tokens were read
+    # (Scheduler.decode_ahead): its rows, one token on. None: the decode batch as it is.
+    ahead: DecodeBatch | None = None
 
 
 @dataclass

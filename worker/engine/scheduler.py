@@ -140,6 +140,26 @@ class Scheduler:
         self._last_was_part = isinstance(admitted, PrefillBin) and admitted.is_part
         return admitted
 
+    def decode_ahead(self, launched: Decode) -> tuple[Decode, np.ndarray] | None:
+        """The decode step after the `launched` one, planned before its tokens are read so that the
+        engine queues it behind that step: the GPU runs it while this thread applies the tokens,
+        instead of idling for as long as that host work takes. Its rows are the launched step's that
+        are not done and do not reach their length limit there; a row that ends there on EOS or a stop
+        string runs one step more, and that token is dropped (`postprocess`). Returns the plan and
+        the rows it keeps (indices into the launched step's rows, whose tokens feed it), or None
+        when the next step may be something else: a long input waits or is being prefilled (its
+        chunks alternate with decode steps), or mixed steps (a bin's prefill carries the rows)."""
+        if self.mixed_steps or self.prefilling is not None or self.waiting_long:
+            return None
+        rows = self.decoding if launched.ahead is None else launched.ahead  # as when `launched` was planned
+        going_on = (rows.out_len + 1 < rows.max_new) & np.fromiter(
+            (not s.is_done for s in rows.seqs), dtype=bool, count=len(rows))
+        keep = np.flatnonzero(going_on)
+        if not keep.size:
+            return None
+        nxt = rows.successor(keep)
+        return Decode(nxt.seqs, ahead=nxt), keep
+
     def observe_step(self, plan: Plan, seconds: float) -> None:
         """How long a step took to run (the engine reports each one): paces small bins' prefills and
         sizes the parts a bin is cut into."""
@@ -267,7 +287,10 @@ class Scheduler:
         if len(tokens) != len(seqs):
             raise ValueError(f"{len(tokens)} tokens for {len(seqs)} sequences")
         if isinstance(plan, Decode):
-            return self._apply_decode(np.asarray(tokens, dtype=np.int64), now)
+            tokens = np.asarray(tokens, dtype=np.int64)
+            if plan.ahead is not None:  # rows that ended in the step before it: their token is dropped
+                tokens = tokens[np.fromiter((not s.is_done for s in seqs), dtype=bool, count=len(seqs))]
+            return self._apply_decode(tokens, now)
         finished, joining = [], []
         for seq, token in zip(seqs, np.asarray(tokens).tolist()):
             seq.first_token_at = now
