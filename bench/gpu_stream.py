@@ -16,7 +16,8 @@ summary runs to 64 tokens). Each run also records where the GPU loop's time went
 `--unbounded-s`: a caller that submits at 2x capacity without the in-flight bound, retrying on
 Backpressure (a library user of `Summarizer.submit`); it counts failed records.
 `--capacity-variants` / `--variant-loads`: the capacity, and loads, again with scheduler variants
-(VARIANTS: mixed steps, bins cut to a step's size...), side by side.
+(VARIANTS: mixed steps, bins cut to a step's size, decode steps each launched after the one before
+is read...), side by side; `--rounds N` alternates the loads and the variants' loads N times.
 `--cold-start`: process start -> first summary of `telesum summarize` (SmolLM2 shape saved as a
 model folder), with empty caches and again with the caches the first run left; each with the
 start-up phases its log reported (`startup_breakdown`) and the time from the last phase to the first
@@ -88,6 +89,7 @@ VARIANTS = {
     "mixed_uncut": {"mixed_steps": True, "_split_bin": None},    # ... bins never cut to a step's size
     "cut": {"_split_bin": split_bin_at},                  # separate steps, parts alternating with decode
     "cut_25ms": {"_split_bin": split_bin_at, "pacer.step_target_s": 0.025},  # ... parts of half that step
+    "decode_in_turn": {"decodes_ahead": False},  # each decode step launched after the one before is read
 }
 
 
@@ -203,7 +205,8 @@ def build_cpu_loaded(new_tokens: int):
 
 def shape_sweep(shape: str, loaded, records, *, loads, seconds: float, new_tokens: int,
                 unbounded_s: float, log, switch_interval_loads=(), unbounded=True, eager_loads=(),
-                variant_loads: dict | None = None, capacity_variants=(), into: dict | None = None) -> dict:
+                variant_loads: dict | None = None, capacity_variants=(), rounds: int = 1,
+                into: dict | None = None) -> dict:
     from gpu_job import worker_summarizer
     from worker.engine.step_trace import StepTrace
 
@@ -227,11 +230,20 @@ def shape_sweep(shape: str, loaded, records, *, loads, seconds: float, new_token
     capacity = res["capacity"]["records_per_s"]
     log(shape, "capacity", res["capacity"])
     bound = 2 * summarizer.max_seqs_per_bin
-    for load in loads:
-        r = stream_run(summarizer, records, rate=load * capacity, seconds=seconds, in_flight_bound=bound)
-        r["load"] = load
-        res[f"load_{load:g}"] = r
-        log(shape, f"load {load:g}", r)
+    for round_ in range(1, rounds + 1):  # the default's loads, then each variant's, alternated
+        suffix = "" if round_ == 1 else f"_round{round_}"
+        for load in loads:
+            r = stream_run(summarizer, records, rate=load * capacity, seconds=seconds, in_flight_bound=bound)
+            r["load"] = load
+            res[f"load_{load:g}{suffix}"] = r
+            log(shape, f"load {load:g}{suffix}", r)
+        for name, loads_of_variant in (variant_loads or {}).items():  # side by side, at the default's capacity
+            with _variant(scheduler, name):
+                for load in loads_of_variant:
+                    r = stream_run(summarizer, records, rate=load * capacity, seconds=seconds, in_flight_bound=bound)
+                    r["load"] = load
+                    res[f"{name}_{load:g}{suffix}"] = r
+                    log(shape, f"load {load:g}, {name}{suffix}", r)
     default_switch = sys.getswitchinterval()
     for load in switch_interval_loads:  # the same load with the GIL handed over 10x more often
         sys.setswitchinterval(default_switch / 10)
@@ -253,13 +265,6 @@ def shape_sweep(shape: str, loaded, records, *, loads, seconds: float, new_token
         r["load"] = load
         res[f"eager_elementwise_{load:g}"] = r
         log(shape, f"load {load:g}, eager elementwise ops", r)
-    for name, loads_of_variant in (variant_loads or {}).items():  # side by side, at the default's capacity
-        with _variant(scheduler, name):
-            for load in loads_of_variant:
-                r = stream_run(summarizer, records, rate=load * capacity, seconds=seconds, in_flight_bound=bound)
-                r["load"] = load
-                res[f"{name}_{load:g}"] = r
-                log(shape, f"load {load:g}, {name}", r)
     if unbounded_s > 0 and unbounded:
         r = stream_run(summarizer, records, rate=2 * capacity, seconds=unbounded_s, in_flight_bound=None)
         res["unbounded_2x"] = r
@@ -470,6 +475,8 @@ def main(argv: list[str] | None = None) -> dict:
                     help="NAME:LOADS[;NAME:LOADS]: those loads again with a scheduler variant, e.g. separate:0.5,0.8")
     ap.add_argument("--capacity-variants", default="",
                     help=f"capacity runs of these scheduler variants first ({', '.join(VARIANTS)})")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the loads and the variants' loads this many times, alternated (keys _round2, ...)")
     ap.add_argument("--cpu", action="store_true", help="tiny random model on CPU: correctness only")
     ap.add_argument("--new-tokens", type=int, default=None)
     args = ap.parse_args(argv)
@@ -499,7 +506,7 @@ def main(argv: list[str] | None = None) -> dict:
         records = records_for("short", 16)
         res["tiny"] = shape_sweep("tiny", loaded, records, loads=loads, seconds=args.seconds,
                                   new_tokens=new_tokens, unbounded_s=args.unbounded_s, log=log,
-                                  variant_loads=_parse_variant_loads(args.variant_loads),
+                                  variant_loads=_parse_variant_loads(args.variant_loads), rounds=args.rounds,
                                   capacity_variants=[x for x in args.capacity_variants.split(",") if x])
         if args.cold_start:
             cold_start(args.out, args.tokenizer, log, cpu=True, into=res.setdefault("cold_start", {}))
@@ -519,7 +526,7 @@ def main(argv: list[str] | None = None) -> dict:
                                          switch_interval_loads=[float(x) for x in args.gil_check_loads.split(",") if x],
                                          unbounded=shape in args.unbounded_shapes.split(","),
                                          eager_loads=[float(x) for x in args.eager_check_loads.split(",") if x],
-                                         variant_loads=_parse_variant_loads(args.variant_loads),
+                                         variant_loads=_parse_variant_loads(args.variant_loads), rounds=args.rounds,
                                          capacity_variants=[x for x in args.capacity_variants.split(",") if x])
             except Exception as exc:  # report, do not hide: the other shape still runs
                 res[shape] = {"error": repr(exc)[:500]}

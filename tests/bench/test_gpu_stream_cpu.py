@@ -19,11 +19,13 @@ def _load_bench():
 def test_gpu_stream_cpu_form_answers_every_record_and_reports_phases(tmp_path):
     bench = _load_bench()
     res = bench.main(["--out", str(tmp_path), "--cpu", "--loads", "0.5", "--seconds", "2",
-                      "--unbounded-s", "2", "--variant-loads", "mixed:0.5;cut:0.5", "--capacity-variants", "mixed"])
+                      "--unbounded-s", "2", "--variant-loads", "mixed:0.5;cut:0.5", "--capacity-variants", "mixed",
+                      "--rounds", "2"])
     tiny = res["tiny"]
     for cap in (tiny["capacity"], tiny["capacity_mixed"]):
         assert cap["failed"] == 0 and cap["records_per_s"] > 0
-    for run in (tiny["load_0.5"], tiny["unbounded_2x"], tiny["mixed_0.5"], tiny["cut_0.5"]):
+    for run in (tiny["load_0.5"], tiny["unbounded_2x"], tiny["mixed_0.5"], tiny["cut_0.5"],
+                tiny["load_0.5_round2"], tiny["mixed_0.5_round2"]):
         assert run["answered"] == run["records"] >= 10 and run["failed"] == 0
         assert 0 < run["p50_s"] <= run["p90_s"] <= run["p99_s"]
         assert run["median_decode_s"] is not None and run["median_queued_s"] >= 0
@@ -34,6 +36,7 @@ def test_gpu_stream_cpu_form_answers_every_record_and_reports_phases(tmp_path):
     # The default runs prefill and decode apart; the variant's switch reached the engine.
     assert "mixed" not in tiny["capacity"]["steps"] and "mixed" not in tiny["load_0.5"]["steps"]
     assert tiny["capacity_mixed"]["steps"]["mixed"]["steps"] > 0
+    assert tiny["mixed_0.5_round2"]["steps"]["mixed"]["steps"] > 0 and "mixed" not in tiny["load_0.5_round2"]["steps"]
     assert (tmp_path / "cpu_stream.json").exists()
     assert res["host"].endswith(" cores")
 

@@ -135,6 +135,9 @@ def test_the_scheduler_plans_ahead_only_rows_going_on_and_only_when_decode_comes
     assert [s.seq_id for s in plan.seqs] == [1, 2]
     assert plan.ahead.position.tolist() == (sched.decoding.position[1:] + 1).tolist()
     assert plan.ahead.out_len.tolist() == [2, 2]
+    sched.decodes_ahead = False  # a benchmark's switch
+    assert sched.decode_ahead(step) is None
+    sched.decodes_ahead = True
     after, keep = sched.decode_ahead(plan)  # planned behind the step ahead, from its rows
     assert keep.tolist() == [0, 1] and after.ahead.out_len.tolist() == [3, 3]
     sched.postprocess(step, [8, 8, 8])  # row 0 leaves; the step ahead's rows are the batch's

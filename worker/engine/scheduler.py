@@ -66,6 +66,7 @@ class Scheduler:
         self.mixed_steps = mixed_steps
         self.max_mixed_rows: int | None = None  # decode rows a mixed step may carry (after out of memory)
         self._split_bin = split_bin
+        self.decodes_ahead = True  # plan a decode step behind a launched one (`decode_ahead`); a benchmark turns it off
 
     # -- intake -----------------------------------------------------------------------------
     def add_bin(self, bin: Any, seqs: list[Sequence]) -> None:
@@ -149,7 +150,7 @@ class Scheduler:
         the rows it keeps (indices into the launched step's rows, whose tokens feed it), or None
         when the next step may be something else: a long input waits or is being prefilled (its
         chunks alternate with decode steps), or mixed steps (a bin's prefill carries the rows)."""
-        if self.mixed_steps or self.prefilling is not None or self.waiting_long:
+        if not self.decodes_ahead or self.mixed_steps or self.prefilling is not None or self.waiting_long:
             return None
         rows = self.decoding if launched.ahead is None else launched.ahead  # as when `launched` was planned
         going_on = (rows.out_len + 1 < rows.max_new) & np.fromiter(
