@@ -412,6 +412,36 @@ def chart(res: dict, path: Path, baseline: dict | None = None) -> None:
     fig.savefig(path, dpi=110)
 
 
+def variants_chart(res: dict, path: Path) -> bool:
+    """p50 and p99 of every stream run of a shape, in the order they ran (the default's loads and
+    the variants', round after round), one panel per shape; False (nothing drawn) without variants."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shapes = {k: [(name, r) for name, r in v.items() if isinstance(r, dict) and "p99_s" in r]
+              for k, v in res.items() if isinstance(v, dict) and "capacity" in v}
+    shapes = {k: runs for k, runs in shapes.items() if any(not name.startswith("load_") for name, _ in runs)}
+    if not shapes:
+        return False
+    fig, axes = plt.subplots(1, len(shapes), figsize=(7 * len(shapes), 4.5), squeeze=False)
+    for ax, (shape, runs) in zip(axes[0], shapes.items()):
+        x = np.arange(len(runs))
+        colors = [("C0" if name.startswith("load_") else "C1") for name, _ in runs]
+        ax.bar(x, [r["p99_s"] for _, r in runs], color=colors, alpha=0.45, label="p99 (blue: default)")
+        ax.bar(x, [r["p50_s"] for _, r in runs], color=colors, label="p50")
+        ax.set_xticks(x, [f"{name}\n{r['offered_rate']:.0f}/s" for name, r in runs], fontsize=7, rotation=30)
+        ax.set_ylabel("latency, arrival -> summary (s)")
+        ax.set_title(f"{shape}: runs in the order they ran")
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=8)
+    fig.suptitle(f"telesum streaming, default against variants: {res.get('device')}, {res.get('date')}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
+
+
 def startup_chart(res: dict, path: Path, baseline: dict | None = None) -> None:
     """Process start -> first summary, cold and warm, as stacked phases (a baseline run's first)."""
     import matplotlib
@@ -483,7 +513,9 @@ def main(argv: list[str] | None = None) -> dict:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.chart_from:
         base = json.loads(args.baseline.read_text()) if args.baseline else None
-        chart(json.loads(args.chart_from.read_text()), args.out / "gpu_stream.png", base)
+        res = json.loads(args.chart_from.read_text())
+        chart(res, args.out / "gpu_stream.png", base)
+        variants_chart(res, args.out / "gpu_stream_variants.png")
         return {}
     from gpu_job import build_loaded, records_for
 
@@ -535,6 +567,7 @@ def main(argv: list[str] | None = None) -> dict:
             gc.collect()
             torch.cuda.empty_cache()
         chart(res, args.out / "gpu_stream.png")
+        variants_chart(res, args.out / "gpu_stream_variants.png")
     log("done")
     return res
 

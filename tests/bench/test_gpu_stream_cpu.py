@@ -38,6 +38,8 @@ def test_gpu_stream_cpu_form_answers_every_record_and_reports_phases(tmp_path):
     assert tiny["capacity_mixed"]["steps"]["mixed"]["steps"] > 0
     assert tiny["mixed_0.5_round2"]["steps"]["mixed"]["steps"] > 0 and "mixed" not in tiny["load_0.5_round2"]["steps"]
     assert (tmp_path / "cpu_stream.json").exists()
+    assert bench.variants_chart(res, tmp_path / "variants.png") and (tmp_path / "variants.png").stat().st_size > 0
+    assert not bench.variants_chart({"tiny": {"capacity": {}, "load_0.5": tiny["load_0.5"]}}, tmp_path / "none.png")
     assert res["host"].endswith(" cores")
 
 
