@@ -153,11 +153,11 @@ def test_behind_a_bins_prefill_a_small_bin_waits_for_decode_as_it_would_once_tha
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the device-to-host read needs a GPU")
 def test_a_steps_tokens_are_read_as_they_were_when_launched_whatever_is_queued_behind():
-    from worker.engine.engine import _start_read
+    from worker.engine.device_step import start_read
 
     tokens = torch.arange(4096, device="cuda")
     big = torch.randn(4096, 4096, device="cuda")
-    host, copied = _start_read(tokens)
+    host, copied = start_read(tokens)
     for _ in range(8):  # work queued behind the read, some of it overwriting the tokens
         big = torch.tanh(big @ big)
         tokens.add_(big[0, :4096].long())

@@ -23,13 +23,13 @@ import torch
 
 from worker.dispatch import Backpressure, DispatcherClosed, SequenceTooLong
 from worker.engine.bins import BinWork, split_bin_at
+from worker.engine.device_step import DeviceStep, start_read
 from worker.engine.errors import ContextTooLong, EngineClosed, OutOfMemory
 from worker.engine.kv_arena import SlabAllocator
 from worker.engine.out_of_memory import OutOfMemoryRecovery, is_out_of_memory
 from worker.engine.plans import Decode, Fail, MixedStep, Plan, PrefillBin, PrefillChunk
 from worker.engine.prefix_reuse import PrefixReuse
-from worker.engine.runner import DecodeRows, ModelRunner
-from worker.engine.sampling import OutputTape, SamplingBatch, SamplingRows
+from worker.engine.runner import ModelRunner
 from worker.engine.scheduler import Scheduler
 from worker.engine.sequence import SamplingParams, Sequence
 
@@ -56,19 +56,6 @@ class Launched(NamedTuple):
     tokens: torch.Tensor | None = None  # int64 [B]: on the host once `copied` completes (None until launched)
     copied: torch.cuda.Event | None = None  # marks the tokens' copy to the host (None: already there)
     on_device: torch.Tensor | None = None  # the same tokens where the step sampled them: a decode ahead reads them
-
-
-def _start_read(tokens: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
-    """Queue a step's tokens' copy into page-locked host memory and mark it with an event: waiting
-    for the event waits for this step only, where `tokens.cpu()` would also wait for a bin's
-    prefill queued behind it."""
-    if tokens.device.type != "cuda":
-        return tokens, None
-    host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
-    host.copy_(tokens, non_blocking=True)
-    copied = torch.cuda.Event()
-    copied.record()
-    return host, copied
 
 
 class Engine:
@@ -99,8 +86,7 @@ class Engine:
                                    # steps; run apart, they cost more at 80 % load than whole bins
                                    # (docs/streaming.md).
                                    split_bin=split_bin_at if mixed_steps else None)
-        self.generator = torch.Generator(device=runner.device).manual_seed(seed)
-        self.outputs = OutputTape(slabs.capacity, runner.device)  # repetition-penalty histories
+        self.device_step = DeviceStep(runner, slabs.capacity, seed)
         self.finished: queue.SimpleQueue[Sequence] = queue.SimpleQueue()
         self._lock = threading.Lock()  # protects _seqs, _ids, _closed, _num_parked, _dispatcher_closing
         self._seqs: dict[int, Sequence] = {}
@@ -258,11 +244,11 @@ class Engine:
             rows = torch.from_numpy(keep)
             ids = ids[rows.pin_memory().to(ids.device, non_blocking=True) if ids.is_cuda else rows]
         try:
-            on_device = self._run_model(plan, plan.seqs, ids)
+            on_device = self._queue_on_device(plan, plan.seqs, ids)
         except Exception:  # noqa: BLE001 - planned again after the launched step, where it is handled
             log.debug("decode step ahead not queued", exc_info=True)
             return False
-        tokens, copied = _start_read(on_device)
+        tokens, copied = start_read(on_device)
         self.oom.step_ran()
         self._finish(launched)
         now = time.perf_counter()
@@ -343,8 +329,8 @@ class Engine:
             for s in heads:
                 s.prefix_in_slab = True
         try:
-            on_device = self._run_model(plan, seqs)
-            tokens, copied = _start_read(on_device)  # queued on the device, not read yet
+            on_device = self._queue_on_device(plan, seqs)
+            tokens, copied = start_read(on_device)  # queued on the device, not read yet
         except Exception as exc:
             if is_out_of_memory(exc):
                 self._after_out_of_memory(plan, seqs, exc)
@@ -387,52 +373,8 @@ class Engine:
             self.scheduler.fail(failed, error)
             self._emit(failed)
 
-    def _run_model(self, plan: Plan, seqs: list[Sequence], ids: torch.Tensor | None = None) -> torch.Tensor:
-        """The step's forward pass and sampling, queued -> int64 [B] tokens on the device, not waited
-        for (empty for a non-final chunk). ids: a decode step's input tokens on the device (a decode
-        ahead: the step before it sampled them), else the batch's."""
-        if isinstance(plan, (PrefillBin, MixedStep)):
-            prefill = plan.prefill if isinstance(plan, MixedStep) else plan
-            work: BinWork = prefill.bin
-            batch = self.scheduler.decoding if isinstance(plan, MixedStep) else None  # the plan's decode rows
-            logits = self.runner.prefill_bin(
-                work.device_bin, [s.slab_start for s in prefill.seqs], work.max_seqlen_q, work.max_seqlen_k,
-                [s.prefix_len for s in prefill.seqs],
-                decode=None if batch is None else DecodeRows(batch.last_token, batch.position, batch.slab_start))
-            rows = SamplingRows.of(prefill.seqs)
-            if batch is not None:
-                rows = rows.followed_by(SamplingRows.of_batch(batch))
-        elif isinstance(plan, PrefillChunk):
-            logits = self.runner.prefill_chunk(plan.seq.prompt[plan.start:plan.end], plan.start,
-                                               plan.seq.slab_start)
-            if not plan.is_last:
-                return torch.empty(0, dtype=torch.int64)
-            rows = SamplingRows.of(seqs)
-        else:
-            assert isinstance(plan, Decode)
-            batch = self.scheduler.decoding if plan.ahead is None else plan.ahead  # the plan's rows, as arrays
-            size = self.oom.decode_pass_rows or len(batch)
-            return torch.cat([self._decode_pass(batch, slice(i, i + size), ids)
-                              for i in range(0, len(batch), size)])
-        return self._sample(logits, rows)
-
-    def _decode_pass(self, batch, part: slice, ids: torch.Tensor | None = None) -> torch.Tensor:
-        """Decode and sample rows `part` of the decode batch -> int64 tokens of those rows, on the
-        device. ids: the batch's input tokens on the device (else its last_token)."""
-        logits = self.runner.decode(batch.last_token[part] if ids is None else ids[part], batch.position[part],
-                                    batch.slab_start[part], batch.head_start[part], batch.head_len[part])
-        return self._sample(logits, SamplingRows.of_batch(batch, part))
-
-    def _sample(self, logits: torch.Tensor, rows: SamplingRows) -> torch.Tensor:
-        """int64 [B] tokens on the logits' device: sampling queued, not waited for."""
-        penalised = bool((rows.penalty != 1.0).any())
-        history = self.outputs.histories(rows.output_start, rows.out_len) if penalised else None
-        batch = SamplingBatch(rows.temperature.tolist(), rows.top_p.tolist(), logits.device,
-                              rows.penalty.tolist() if history is not None else None, history)
-        tokens = batch.sample(logits, self.generator)  # [B] on the device
-        if penalised:
-            self.outputs.record(rows.output_start + rows.out_len, tokens)
-        return tokens
+    def _queue_on_device(self, plan: Plan, seqs: list[Sequence], ids: torch.Tensor | None = None) -> torch.Tensor:
+        return self.device_step.queue(plan, seqs, self.scheduler.decoding, self.oom.decode_pass_rows, ids)
 
     def _emit(self, seqs: list[Sequence]) -> None:
         if self.prefix is not None:  # unpin heads, end waits; who waited on a failed prompt is matched again
