@@ -1,4 +1,5 @@
-"""The engine step: take work, schedule, run, sample, post-process. Driven by one thread (the GPU loop).
+"""The engine step: take work, schedule, queue the step on the device (device_step.py), read its
+tokens, post-process. Driven by one thread (the GPU loop).
 
 Sequences reach the engine through `add` (any thread): prompts that fit one bin go to the
 dispatcher, longer ones to the long-input lane (chunked prefill). With prefix reuse, a prompt whose
