@@ -31,6 +31,7 @@ from worker.engine.out_of_memory import OutOfMemoryRecovery, is_out_of_memory
 from worker.engine.plans import Decode, Fail, MixedStep, Plan, PrefillBin, PrefillChunk
 from worker.engine.prefix_reuse import PrefixReuse
 from worker.engine.runner import ModelRunner
+from worker.engine.sampling import host_to_device
 from worker.engine.scheduler import Scheduler
 from worker.engine.sequence import SamplingParams, Sequence
 
@@ -242,8 +243,7 @@ class Engine:
         plan, keep = planned
         ids = launched.on_device
         if len(keep) < len(ids):  # rows at their length limit leave
-            rows = torch.from_numpy(keep)
-            ids = ids[rows.pin_memory().to(ids.device, non_blocking=True) if ids.is_cuda else rows]
+            ids = ids[host_to_device(keep, torch.int64, ids.device)]
         try:
             on_device = self._queue_on_device(plan, plan.seqs, ids)
         except Exception:  # noqa: BLE001 - planned again after the launched step, where it is handled

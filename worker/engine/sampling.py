@@ -53,7 +53,7 @@ def apply_repetition_penalty(logits: torch.Tensor,     # float32 [B, V]
     return torch.where(counts > 0, penalised, logits)
 
 
-def _host_to_device(values, dtype: torch.dtype, device) -> torch.Tensor:
+def host_to_device(values, dtype: torch.dtype, device) -> torch.Tensor:
     """A host list as a device tensor; on CUDA through page-locked memory, so the copy does not
     synchronise the stream (the caching host allocator keeps the buffer until the copy is done)."""
     host = torch.from_numpy(np.ascontiguousarray(values)).to(dtype) if isinstance(values, np.ndarray) \
@@ -76,14 +76,14 @@ class OutputTape:
         width = int(output_lens.max(initial=0))
         if width == 0:
             return None
-        starts, lens = _host_to_device(np.stack([output_starts, output_lens]), torch.int64, self.tokens.device)
+        starts, lens = host_to_device(np.stack([output_starts, output_lens]), torch.int64, self.tokens.device)
         cols = torch.arange(width, device=self.tokens.device)  # [L]
         idx = (starts[:, None] + cols).clamp_(max=self.tokens.shape[0] - 1)  # [B, L]
         return torch.where(cols < lens[:, None], self.tokens[idx], -1)
 
     def record(self, rows: np.ndarray, tokens: torch.Tensor) -> None:
         """Store tokens [B] (device) at tape rows [B] (output start + index). No host sync."""
-        self.tokens.index_copy_(0, _host_to_device(rows, torch.int64, self.tokens.device), tokens)
+        self.tokens.index_copy_(0, host_to_device(rows, torch.int64, self.tokens.device), tokens)
 
 
 class SamplingBatch:
@@ -97,23 +97,23 @@ class SamplingBatch:
         self.any_sampling = any(t > 0 for t in temperatures)
         self.temperatures = self.top_ps = None
         if self.any_sampling:  # only when the values are used: an all-greedy step copies nothing
-            self.temperatures = _host_to_device(temperatures, torch.float32, device)
-            self.top_ps = _host_to_device(top_ps, torch.float32, device)
+            self.temperatures = host_to_device(temperatures, torch.float32, device)
+            self.top_ps = host_to_device(top_ps, torch.float32, device)
         self.penalties = self.history = None
         if repetition_penalties is not None and any(p != 1.0 for p in repetition_penalties):
             if isinstance(histories, torch.Tensor):
                 if histories.shape[0] != len(repetition_penalties):
                     raise ValueError("repetition penalties need one token history per row")
                 self.history = histories
-                self.penalties = _host_to_device(repetition_penalties, torch.float32, device)
+                self.penalties = host_to_device(repetition_penalties, torch.float32, device)
                 return
             if histories is None or len(histories) != len(repetition_penalties):
                 raise ValueError("repetition penalties need one token history per row")
             width = max((len(h) for h in histories), default=0)
             if width:
                 rows = [list(h) + [-1] * (width - len(h)) for h in histories]
-                self.history = _host_to_device(rows, torch.int64, device)  # [B, L]
-                self.penalties = _host_to_device(repetition_penalties, torch.float32, device)
+                self.history = host_to_device(rows, torch.int64, device)  # [B, L]
+                self.penalties = host_to_device(repetition_penalties, torch.float32, device)
 
     def sample(self, logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         """[B, V] -> int64 [B] on the logits' device. No host sync."""
