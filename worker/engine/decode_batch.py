@@ -20,6 +20,11 @@ _INT_FIELDS = ("last_token", "position", "slab_start", "head_start", "head_len",
 _FLOAT_FIELDS = ("temperature", "top_p", "penalty")
 
 
+def not_done(seqs: list[Sequence]) -> np.ndarray:
+    """bool [len(seqs)]: True where the sequence is neither finished nor failed."""
+    return np.fromiter((not s.is_done for s in seqs), dtype=bool, count=len(seqs))
+
+
 class DecodeBatch:
     """Rows in step order: seqs[i] and row i of every array describe the same sequence."""
 
@@ -83,7 +88,7 @@ class DecodeBatch:
 
     def remove_done(self) -> None:
         if self.seqs:
-            self.keep(np.fromiter((not s.is_done for s in self.seqs), dtype=bool, count=len(self.seqs)))
+            self.keep(not_done(self.seqs))
 
     def successor(self, keep: np.ndarray) -> DecodeBatch:
         """Rows `keep` [K] (indices) one token on: the inputs of the step after this one, planned before

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from worker.engine.decode_batch import DecodeBatch
+from worker.engine.decode_batch import DecodeBatch, not_done
 from worker.engine.errors import ArenaTooSmall
 from worker.engine.kv_arena import SlabAllocator
 from worker.engine.plans import Decode, Fail, MixedStep, Plan, PrefillBin, PrefillChunk
@@ -153,9 +153,7 @@ class Scheduler:
         if not self.decodes_ahead or self.mixed_steps or self.prefilling is not None or self.waiting_long:
             return None
         rows = self.decoding if launched.ahead is None else launched.ahead  # as when `launched` was planned
-        going_on = (rows.out_len + 1 < rows.max_new) & np.fromiter(
-            (not s.is_done for s in rows.seqs), dtype=bool, count=len(rows))
-        keep = np.flatnonzero(going_on)
+        keep = np.flatnonzero((rows.out_len + 1 < rows.max_new) & not_done(rows.seqs))
         if not keep.size:
             return None
         nxt = rows.successor(keep)
@@ -290,7 +288,7 @@ class Scheduler:
         if isinstance(plan, Decode):
             tokens = np.asarray(tokens, dtype=np.int64)
             if plan.ahead is not None:  # rows that ended in the step before it: their token is dropped
-                tokens = tokens[np.fromiter((not s.is_done for s in seqs), dtype=bool, count=len(seqs))]
+                tokens = tokens[not_done(seqs)]
             return self._apply_decode(tokens, now)
         finished, joining = [], []
         for seq, token in zip(seqs, np.asarray(tokens).tolist()):
