@@ -169,14 +169,22 @@ def test_summarizer_preprocessing_pool_gives_the_same_summaries(loaded):
     pooled = _summarizer(loaded, preprocess_workers=2)
     try:
         assert pooled.preprocessor.workers == 2
+        for started in pooled.preprocessor.started:  # up: records are prepared and written in the pool
+            started.result(timeout=120)
+        written = []
+        pool_prose = pooled.results._prose
+        pooled.results._prose = lambda *args: written.append(args[0].id) or pool_prose(*args)
         expected = list(in_thread.results_in_order(records))
         got = list(pooled.results_in_order(records))
+        assert pooled.preprocessor.prepared_while_starting == 0 and pooled.preprocessor._answering
+        assert sorted(written) == sorted(r.id for r in records)  # every summary's prose by the pool
     finally:
         in_thread.close()
         pooled.close()
     assert [r.id for r, _ in got] == [r.id for r in records]
     assert [x.summary for _, x in got] == [x.summary for _, x in expected]
     assert [x.facts for _, x in got] == [x.facts for _, x in expected]
+    assert [x.narrative for _, x in got] == [x.narrative for _, x in expected]
 
 
 def test_summarizer_record_failing_preparation_comes_back_as_its_error(loaded, monkeypatch):

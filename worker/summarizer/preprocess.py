@@ -1,8 +1,11 @@
-"""Record preprocessing off the GPU loop's path: facts, prompt, chat template and token ids.
+"""A record's Python work off the GPU loop's path: before the engine its facts, prompt, chat template
+and token ids (`submit`); after it, its summary's text and the check of that text against the facts
+(`summary_prose`).
 
-One thread does this at ~550 records/s, and in the serving process it competes for the GIL with the
-GPU loop. A pool of worker processes (each with its own copy of the tokenizer) prepares records in
-parallel instead; `workers=0` prepares in the calling thread (CPU runs and tests).
+One thread prepares ~550 records/s, and in the serving process it competes for the GIL with the GPU
+loop; so does the prose (~0.25 ms a record, most of the main thread's share of the GIL at capacity).
+A pool of worker processes (each with its own copy of the tokenizer) does both in parallel instead;
+`workers=0` does them in the calling thread (CPU runs and tests).
 
 A task sent to the pool costs the serving process about 0.2 ms of Python whatever it carries (its
 future, the executor's threads, the pipes), as much as assembling a summary. So records go in
@@ -19,15 +22,17 @@ import os
 import pickle
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from worker.facts import extract_facts
-from worker.messages import Facts, TelemetryRecord
+from worker.messages import Facts, NarrativeCheck, TelemetryRecord
 from worker.prompts import build_messages
 from worker.prompts.opening import split_opening
+from worker.summarizer.summary_assembly import Generated, summary_prose
 
 
 @dataclass(frozen=True)
@@ -117,13 +122,26 @@ def _init_worker(tokenizer_file: str, all_started) -> None:
     _worker_heads = HeadTokenizer(pickle.loads(pickled))
 
 
-def _prepare_batch_in_worker(records: list[TelemetryRecord]) -> list[Prepared | Exception]:
-    """Each record's Prepared, or the exception that stopped it (one bad record fails only itself)."""
-    out: list[Prepared | Exception] = []
-    for record in records:
+def _prepare_task(heads: HeadTokenizer, record: TelemetryRecord) -> Prepared:
+    return prepare(record, heads.tokenizer, heads)
+
+
+def _prose_task(heads: HeadTokenizer, record: TelemetryRecord, facts: Facts,
+                generated: Generated) -> tuple[str, NarrativeCheck]:
+    return summary_prose(record, facts, generated, lambda ids: heads.tokenizer.decode(ids, skip_special_tokens=True))
+
+
+# A pool task's items: (_prepare_task or _prose_task, its arguments after the tokenizer)
+Task = tuple[Callable[..., object], tuple]
+
+
+def _run_batch_in_worker(tasks: list[Task]) -> list[object]:
+    """Each task's result, or the exception that stopped it (one bad record fails only itself)."""
+    out: list[object] = []
+    for fn, args in tasks:
         try:
-            out.append(prepare(record, _worker_heads.tokenizer, _worker_heads))
-        except Exception as exc:  # noqa: BLE001 - reported through that record's future
+            out.append(fn(_worker_heads, *args))
+        except Exception as exc:  # noqa: BLE001 - reported through that task's future
             out.append(exc)
     return out
 
@@ -144,7 +162,8 @@ def default_workers(device_type: str) -> int:
 
 
 class Preprocessor:
-    """`submit(record)` -> Future of `Prepared`. Thread-safe.
+    """`submit(record)` -> Future of `Prepared`; `summary_prose(record, facts, generated)` -> Future of
+    (text, NarrativeCheck). Thread-safe.
 
     The pool's processes are spawned by the constructor, not at the first record: each takes seconds
     to import and unpickle its tokenizer, which the start-up sequence overlaps with loading the model
@@ -164,10 +183,10 @@ class Preprocessor:
         self.prepared_while_starting = 0  # records prepared on the caller's thread before the pool was up
         self._answering = False  # every process has started
         self._batch_lock = threading.Lock()  # protects _waiting, _tasks and _closed
-        self._waiting: list[tuple[TelemetryRecord, concurrent.futures.Future]] = []  # not yet sent
+        self._waiting: list[tuple[Task, concurrent.futures.Future]] = []  # not yet sent
         self._tasks = 0  # batches sent, not yet answered
         self._closed = False
-        self.batches_sent = 0  # pool tasks so far (records / batches: how well the overhead is shared)
+        self.batches_sent = 0  # pool tasks so far (items / batches: how well the overhead is shared)
         if workers:
             # The processes read the tokenizer from a file. Given as an initarg it is pickled into each
             # spawn's pipe (megabytes), and the write waits until that child has imported transformers
@@ -187,19 +206,26 @@ class Preprocessor:
             self.started = [self._pool.submit(_started) for _ in range(workers)]
 
     def submit(self, record: TelemetryRecord) -> concurrent.futures.Future:
-        future: concurrent.futures.Future = concurrent.futures.Future()
+        """Future of the record's `Prepared` (or of the exception that stopped it)."""
         if self._pool is not None and not self._prepare_here_while_starting():
-            with self._batch_lock:
-                if self._closed:
-                    raise RuntimeError("the preprocessor is closed")
-                self._waiting.append((record, future))
-            self._send()
-            return future
-        try:
-            with self._heads_lock:
-                future.set_result(prepare(record, self.tokenizer, self._heads))
-        except Exception as exc:  # noqa: BLE001 - the record's own failure, reported through its future
-            future.set_exception(exc)
+            return self._queue((_prepare_task, (record,)))
+        with self._heads_lock:
+            return _done_here(lambda: _prepare_task(self._heads, record))
+
+    def summary_prose(self, record: TelemetryRecord, facts: Facts, generated: Generated) -> concurrent.futures.Future:
+        """Future of a finished record's (summary text, NarrativeCheck) (`summary_assembly.summary_prose`),
+        in a pool process once every process is up, else here."""
+        if self._pool is not None and self._answering:
+            return self._queue((_prose_task, (record, facts, generated)))
+        return _done_here(lambda: _prose_task(self._heads, record, facts, generated))
+
+    def _queue(self, task: Task) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._batch_lock:
+            if self._closed:
+                raise RuntimeError("the preprocessor is closed")
+            self._waiting.append((task, future))
+        self._send()
         return future
 
     def _send(self) -> None:
@@ -211,7 +237,7 @@ class Preprocessor:
             self._tasks += 1
             self.batches_sent += 1
         try:
-            task = self._pool.submit(_prepare_batch_in_worker, [record for record, _ in batch])
+            task = self._pool.submit(_run_batch_in_worker, [item for item, _ in batch])
         except BaseException as exc:  # noqa: BLE001 - a broken or shut-down pool: these records fail
             with self._batch_lock:
                 self._tasks -= 1
@@ -221,13 +247,13 @@ class Preprocessor:
         task.add_done_callback(lambda t: self._answered(t, batch))
 
     def _answered(self, task: concurrent.futures.Future, batch: list) -> None:
-        """A batch's results onto its records' futures (on the executor's thread), then the next batch."""
+        """A batch's results onto its items' futures (on the executor's thread), then the next batch."""
         with self._batch_lock:
             self._tasks -= 1
         if task.cancelled():
             for _, future in batch:
                 future.cancel()
-        elif task.exception() is not None:  # the pool broke (a process died): every record of the batch fails
+        elif task.exception() is not None:  # the pool broke (a process died): every item of the batch fails
             for _, future in batch:
                 future.set_exception(task.exception())
         else:
@@ -266,3 +292,13 @@ class Preprocessor:
         if self._tokenizer_dir is not None:
             self._tokenizer_dir.cleanup()
             self._tokenizer_dir = None
+
+
+def _done_here(work: Callable[[], object]) -> concurrent.futures.Future:
+    """A future of `work()` run now, on this thread (its exception, if it raised)."""
+    future: concurrent.futures.Future = concurrent.futures.Future()
+    try:
+        future.set_result(work())
+    except Exception as exc:  # noqa: BLE001 - the item's own failure, reported through its future
+        future.set_exception(exc)
+    return future

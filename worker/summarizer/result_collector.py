@@ -1,9 +1,11 @@
 """Finished sequences into results: the engine's finished queue drained into (request id, `Summary` or
 the exception that stopped it), which `Summarizer.poll` hands out.
 
-A record's sequence becomes its Summary here; a long record's piece is stored, and once every piece
+A record's sequence becomes its Summary here: its text and the check against its facts are sent to
+`prose` (the preprocessing pool, off this process's GIL) and the Summary is pushed when they come back,
+from the pool's thread, which wakes the poller. A long record's piece is stored, and once every piece
 of its level is in, long_records plans the merge. It owns the sequences' owners (which request, which
-piece) and the results not yet polled, under its own lock.
+piece), the summaries being written and the results not yet polled, under its own lock.
 
 Results are kept per caller: a request routed to a caller (`route`, done by `Summarizer.submit(...,
 caller=...)`) is handed out only by `poll(..., caller=that one)`, the others by `poll` with no caller.
@@ -15,6 +17,7 @@ its box.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import queue
 import threading
 import time
@@ -22,23 +25,32 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from worker.engine.sequence import Sequence, SequenceStatus
-from worker.messages import Summary
-from worker.summarizer.summary_assembly import RecordRequest, assemble_summary, finished_text
+from worker.messages import Facts, Summary, TelemetryRecord
+from worker.summarizer.summary_assembly import Generated, RecordRequest, assemble_summary, finished_text, summary_prose
 
 # While several callers poll, a blocking wait for finished sequences is cut into slices this long.
 _SHARED_SLICE_S = 0.01
+# Put into the finished queue when a result is pushed from another thread: a poller waiting on the
+# queue wakes and reads its box.
+_WAKE = object()
 
 
 class ResultCollector:
-    def __init__(self, finished: queue.Queue, *, model: str, decode: Callable[[list[int]], str],
-                 level_done: Callable[[RecordRequest], None]) -> None:
+    def __init__(self, finished: queue.SimpleQueue, *, model: str, decode: Callable[[list[int]], str],
+                 level_done: Callable[[RecordRequest], None],
+                 prose: Callable[[TelemetryRecord, Facts, Generated], concurrent.futures.Future] | None = None,
+                 ) -> None:
         """finished: the engine's queue of finished sequences. level_done: called (outside the lock)
-        once every piece of a long record's level is summarised."""
+        once every piece of a long record's level is summarised. prose: a future of a summary's
+        (text, NarrativeCheck) (`Preprocessor.summary_prose`); None: written on the polling thread."""
         self._finished = finished
         self._model, self._decode = model, decode
         self._level_done = level_done
-        self._lock = threading.Lock()  # protects _owners and _results
+        self._prose = prose
+        self._lock = threading.Lock()  # protects _owners, _results and _writing
         self._owners: dict[int, tuple[RecordRequest, int]] = {}  # seq_id -> (request, piece index or -1)
+        self._writing = 0  # summaries sent to `prose`, not yet pushed
+        self._written = threading.Condition(self._lock)  # notified when _writing falls to 0
         # caller (None: the default one) -> its results not yet polled
         self._results: dict[Hashable, collections.deque[tuple[Hashable, Summary | Exception]]] = {
             None: collections.deque()}
@@ -65,6 +77,11 @@ class ResultCollector:
             seq = add(*args)
             self._owners[seq.seq_id] = (req, piece)
             req.in_flight += 1
+
+    def wait_written(self, timeout: float | None) -> bool:
+        """Wait until every summary sent to `prose` is pushed (True), or `timeout` s (False). Thread-safe."""
+        with self._written:
+            return self._written.wait_for(lambda: self._writing == 0, timeout)
 
     def has_unfinished_levels(self) -> bool:
         """True while a long record still has pieces of its level in the engine. Thread-safe."""
@@ -110,7 +127,8 @@ class ResultCollector:
         except queue.Empty:
             return False
         while True:
-            self._on_finished(seq)
+            if seq is not _WAKE:
+                self._on_finished(seq)
             try:
                 seq = self._finished.get_nowait()
             except queue.Empty:
@@ -133,11 +151,54 @@ class ResultCollector:
             self.push(req.request_id, seq.error or RuntimeError("generation failed"))
             return
         req.count_sequence(seq)
-        text = finished_text(seq, self._decode)
         if piece < 0:
-            self.push(req.request_id, assemble_summary(req, text, self._model))
+            self._write_summary(req, Generated.of(seq))
             return
-        req.pieces[piece] = text.strip()
+        req.pieces[piece] = finished_text(seq, self._decode).strip()
         if None in req.pieces:
             return
         self._level_done(req)  # the feeder plans and adds the merge
+
+    def _write_summary(self, req: RecordRequest, generated: Generated) -> None:
+        """Push `req`'s Summary once `prose` has written its text: now if it was written here, else from
+        the pool's thread, waking the poller."""
+        if self._prose is None:
+            self._push_summary(req, generated, None)
+            return
+        with self._lock:
+            self._writing += 1
+        try:
+            future = self._prose(req.record, req.facts, generated)
+        except Exception:  # noqa: BLE001 - the pool closed: written here instead
+            future = None
+        if future is None or future.done():
+            self._summary_written(req, generated, future, wake=False)
+        else:
+            future.add_done_callback(lambda f: self._summary_written(req, generated, f, wake=True))
+
+    def _summary_written(self, req: RecordRequest, generated: Generated,
+                         future: concurrent.futures.Future | None, *, wake: bool) -> None:
+        try:
+            self._push_summary(req, generated, future)
+        finally:
+            with self._lock:
+                self._writing -= 1
+                if not self._writing:
+                    self._written.notify_all()
+            if wake:
+                self._finished.put(_WAKE)
+
+    def _push_summary(self, req: RecordRequest, generated: Generated,
+                      future: concurrent.futures.Future | None) -> None:
+        """Push the Summary from `future`'s prose; written on this thread when there is none, or the
+        pool could not write it (closed, or a process died): a record's summary is never lost to it.
+        An error of the record's own text is its result."""
+        try:
+            if future is not None and not future.cancelled() and future.exception() is None:
+                text, narrative = future.result()
+            else:
+                text, narrative = summary_prose(req.record, req.facts, generated, self._decode)
+            result: Summary | Exception = assemble_summary(req, text, narrative, self._model)
+        except Exception as exc:  # noqa: BLE001 - this record's failure, reported through poll
+            result = exc
+        self.push(req.request_id, result)

@@ -133,7 +133,7 @@ class Summarizer:
         self._closing = False
         self._num_pending = 0  # submitted records not yet handed to the engine (or failed)
         self.results = ResultCollector(self.engine.finished, model=loaded.name, decode=self._decode,
-                                       level_done=self._level_done)
+                                       level_done=self._level_done, prose=self.preprocessor.summary_prose)
         self.long_records = LongRecords(
             tokenizer=self.tokenizer, tokenize=self.tokenize,
             max_prompt_tokens=self.max_context - self.params.max_new_tokens,
@@ -215,12 +215,14 @@ class Summarizer:
         self._prepared.put(None)
         if self._feeder is not None:
             self._feeder.join(None if deadline is None else max(deadline - time.monotonic(), _JOIN_POLL_S))
-        self.preprocessor.close()
         self.engine.close_intake()
         if self._thread is not None:
             while self._thread.is_alive() and (deadline is None or time.monotonic() < deadline):
                 self._thread.join(_JOIN_POLL_S)
         self.results.pump(0.0)
+        # the pool writes the last summaries' text; one it cannot is written here
+        self.results.wait_written(None if deadline is None else max(deadline - time.monotonic(), _JOIN_POLL_S))
+        self.preprocessor.close()
         # hierarchical pieces or merges that never reached the engine
         stranded = [r for r in self.long_records.strand() if not r.failed]
         for req in stranded:
