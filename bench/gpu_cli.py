@@ -3,6 +3,7 @@
     python bench/gpu_cli.py --out DIR --tokenizer TOKENIZER_DIR [--sizes 1000,7000] [--new-tokens 64]
         [--spy]      # py-spy (every thread, waiting included) over the CLI's larger run: DIR/cli_spy.txt
         [--switch-intervals 0.005,0.00005]  # the in-process sizes again at these GIL switch intervals
+        [--engine-alone]  # then the same records through that Summarizer's engine alone (see engine_alone_runs)
         [--shape qwen7b] [--dtype fp8] [--kv-cache fp8]  # another shape (gpu_job.SHAPES), FP8 weights, FP8 KV
     python bench/gpu_cli.py --out DIR --chart-from A.json B.json ...  # DIR/gpu_cli.png
     python bench/gpu_cli.py --out DIR --tokenizer TOKENIZER_DIR --cpu --sizes 4,8 --new-tokens 4  # the method only
@@ -77,10 +78,11 @@ def busy_of(busy) -> dict:
 
 
 def in_process_runs(model_dir: Path, tokenizer: Path, files: dict[int, Path], new_tokens: int, device: str,
-                    switch_intervals: list[float] = (), engine: dict | None = None) -> dict:
+                    switch_intervals: list[float] = (), engine: dict | None = None, engine_alone: bool = False) -> dict:
     """One Summarizer as the command builds it; each size fed in turn after a warm-up, timed to its last result.
     Then, for each of `switch_intervals`, both sizes again with the interpreter's GIL switch interval
-    set to it (under "switch_<turn>_<seconds>")."""
+    set to it (under "switch_<turn>_<seconds>"); with `engine_alone`, `engine_alone_runs` (under
+    "engine_alone")."""
     from worker.commands.startup import start_summarizer
     from worker.messages import TelemetryRecord
     from worker.settings.load import from_values
@@ -119,9 +121,40 @@ def in_process_runs(model_dir: Path, tokenizer: Path, files: dict[int, Path], ne
             out[f"switch_{turn}_{interval:g}"] = {**runs, "switch_interval_s": interval,
                                                   "steady_records_per_s": steady(runs)}
             print(f"in-process, switch interval {interval:g} s: steady {steady(runs)}", flush=True)
+        if engine_alone:
+            runs = engine_alone_runs(summarizer, sorted(loaded), device)
+            out["engine_alone"] = {**runs, "steady_records_per_s": steady(runs)}
+            print(f"in-process, the engine alone: steady {steady(runs)}", flush=True)
     finally:
         summarizer.close(drain=False)
     return out
+
+
+def engine_alone_runs(summarizer, sizes: list[int], device: str) -> dict:
+    """Each size's records (others than the Summarizer's runs had, as many, in the same way: the prefix
+    cache has seen none of them) through the Summarizer's own engine (its budgets, prefix cache,
+    sampling) and nothing else: prompts prepared beforehand, untimed; added from this thread, finished
+    sequences read off the engine's queue. No feeder, no pool answers, no summaries written: the GPU
+    loop with the GIL nearly to itself, the ceiling of a GPU loop in a process of its own."""
+    from worker.dispatch import Backpressure
+
+    fresh = records_for("short", max(sizes), seed=29)
+    runs = {}
+    for size in sizes:
+        prompts = [f.result().prompt for f in [summarizer.preprocessor.submit(r) for r in fresh[:size]]]
+        t0 = time.perf_counter()
+        with busy_sampler(device) as busy, HostCpuShares() as host:
+            for prompt in prompts:
+                while True:
+                    try:
+                        summarizer.engine.add(prompt, summarizer.params)
+                        break
+                    except Backpressure:
+                        summarizer.dispatcher.wait_for_room(len(prompt), 0.05)
+            failed = sum(summarizer.engine.finished.get().error is not None for _ in prompts)
+        runs[size] = {"seconds": time.perf_counter() - t0, "failed": failed, **busy_of(busy),
+                      "host_cpu": host.shares()}
+    return runs
 
 
 def steady(runs: dict) -> float | None:
@@ -169,6 +202,7 @@ def main() -> None:
     ap.add_argument("--shape", default="smollm2", help="gpu_job.SHAPES: smollm2 or qwen7b")
     ap.add_argument("--dtype", default="auto", help="engine.dtype: auto or fp8")
     ap.add_argument("--kv-cache", default="auto", help="engine.kv_cache: auto or fp8")
+    ap.add_argument("--engine-alone", action="store_true", help="then the in-process sizes through the engine alone")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.chart_from:
@@ -205,7 +239,8 @@ def main() -> None:
         print("cli", json.dumps(res["cli"]), "steady", res["cli_steady_records_per_s"], flush=True)
     os.environ["XDG_CACHE_HOME"] = env["XDG_CACHE_HOME"]  # the processes' probe cache: the same budgets
     intervals = [float(s) for s in args.switch_intervals.split(",") if s]
-    res["in_process"] = in_process_runs(model_dir, tokenizer, files, args.new_tokens, device, intervals, engine)
+    res["in_process"] = in_process_runs(model_dir, tokenizer, files, args.new_tokens, device, intervals, engine,
+                                        engine_alone=args.engine_alone)
     res["in_process_steady_records_per_s"] = steady(res["in_process"])
     for where in ("cli", "in_process"):
         for size, run in res.get(where, {}).items():
