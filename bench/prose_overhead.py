@@ -2,14 +2,16 @@
 written on the thread that collects it, against the preprocessing pool writing them.
 
     python bench/prose_overhead.py --out DIR --tokenizer TOKENIZER_DIR [--workers 2] [--records 4000]
+                                   [--generated-tokens 64]
 
 `telesum produce`'s `short` records with their facts, each with a finished sequence of 64 generated
-tokens, put on a ResultCollector's queue at once (as a decode step finishing hundreds of sequences
+tokens (`--generated-tokens`), put on a ResultCollector's queue at once (as a decode step finishing hundreds of sequences
 does) and polled until every Summary is out, side by side in one process: the prose written here,
 then by the pool (`Preprocessor.summary_prose`). Two kinds of generated tokens: random ids (what the
 GPU benchmarks' random weights write) and a sentence about the record (a model's summary). The
 process's own CPU time (getrusage, the pool's processes excluded) and the polling thread's per record:
-the Python that holds the GIL the GPU loop launches with. Writes DIR/prose_overhead.json and .png.
+the Python that holds the GIL the GPU loop launches with. Writes DIR/prose_overhead.json and .png
+(DIR/prose_overhead_<N>.json and .png for N generated tokens other than 64).
 """
 
 from __future__ import annotations
@@ -23,28 +25,25 @@ import sys
 import time
 from pathlib import Path
 
-GENERATED_TOKENS = 64
-
-
 def cpu_s() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
 
 
-def finished_sequences(tokenizer, records, facts, kind: str, stop: tuple[str, ...]) -> list:
+def finished_sequences(tokenizer, records, facts, kind: str, stop: tuple[str, ...], tokens: int) -> list:
     from worker.engine.sequence import SamplingParams, Sequence, SequenceStatus
 
     rng = random.Random(7)
-    params = SamplingParams(GENERATED_TOKENS, stop=stop)
+    params = SamplingParams(tokens, stop=stop)
     seqs = []
     for i, (record, f) in enumerate(zip(records, facts)):
         if kind == "random ids":
-            ids = [rng.randrange(tokenizer.vocab_size) for _ in range(GENERATED_TOKENS)]
+            ids = [rng.randrange(tokenizer.vocab_size) for _ in range(tokens)]
         else:
             text = (f" reported {f.problem or 'a fault'} at {f.first_seen or 'an unknown time'}; severity "
                     f"{f.severity or 'unknown'}. Traffic on {f.entity or 'the element'} was moved to its neighbours "
                     "while the link recovered, and no further alarms followed.")
-            ids = tokenizer(text, add_special_tokens=False)["input_ids"][:GENERATED_TOKENS]
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"][:tokens]
         seqs.append(Sequence(i, [1], params, status=SequenceStatus.FINISHED, output=ids, finish_reason="length"))
     return seqs
 
@@ -75,6 +74,7 @@ def main() -> None:
     ap.add_argument("--tokenizer", type=Path, required=True)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--records", type=int, default=4000)
+    ap.add_argument("--generated-tokens", type=int, default=64)
     args = ap.parse_args()
 
     from worker.facts import extract_facts
@@ -92,7 +92,7 @@ def main() -> None:
         return tokenizer.decode(ids, skip_special_tokens=True)
 
     pool = Preprocessor(tokenizer, workers=args.workers)
-    res = {"workers": args.workers, "records": args.records, "generated_tokens": GENERATED_TOKENS,
+    res = {"workers": args.workers, "records": args.records, "generated_tokens": args.generated_tokens,
            "command": "python bench/prose_overhead.py " + " ".join(sys.argv[1:]),
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "runs": {}}
     try:
@@ -101,7 +101,7 @@ def main() -> None:
         pool.submit(records[0]).result()  # the first submit after start-up sees the pool up
         where = {"written here": None, f"by the pool ({args.workers} processes)": pool.summary_prose}
         for kind in ("random ids", "a sentence about the record"):
-            seqs = finished_sequences(tokenizer, records, facts, kind, STOP_STRINGS)
+            seqs = finished_sequences(tokenizer, records, facts, kind, STOP_STRINGS, args.generated_tokens)
             for turn in range(2):  # alternated: the second turn's figures with everything warm
                 for name, prose in where.items():
                     run = measure(lambda q, prose=prose: ResultCollector(
@@ -111,8 +111,9 @@ def main() -> None:
     finally:
         pool.close()
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "prose_overhead.json").write_text(json.dumps(res, indent=1))
-    chart(res, args.out / "prose_overhead.png")
+    name = "prose_overhead" if args.generated_tokens == 64 else f"prose_overhead_{args.generated_tokens}"
+    (args.out / f"{name}.json").write_text(json.dumps(res, indent=1))
+    chart(res, args.out / f"{name}.png")
 
 
 def chart(res: dict, path: Path) -> None:
