@@ -163,7 +163,10 @@ def test_summarizer_close_without_drain_fails_unfinished(loaded):
     assert all(isinstance(r, (Summary, EngineClosed)) for r in results.values())
 
 
-def test_summarizer_preprocessing_pool_gives_the_same_summaries(loaded):
+def test_summarizer_preprocessing_pool_gives_the_same_summaries(loaded, monkeypatch):
+    import worker.summarizer.result_collector
+
+    monkeypatch.setattr(worker.summarizer.result_collector, "POOL_PROSE_MIN", 1)  # even a lone summary
     records = [_record(i) for i in range(12)]
     in_thread = _summarizer(loaded)
     pooled = _summarizer(loaded, preprocess_workers=2)
@@ -173,7 +176,7 @@ def test_summarizer_preprocessing_pool_gives_the_same_summaries(loaded):
             started.result(timeout=120)
         written = []
         pool_prose = pooled.results._prose
-        pooled.results._prose = lambda *args: written.append(args[0].id) or pool_prose(*args)
+        pooled.results._prose = lambda finished: written.extend(r.id for r, _, _ in finished) or pool_prose(finished)
         expected = list(in_thread.results_in_order(records))
         got = list(pooled.results_in_order(records))
         assert pooled.preprocessor.prepared_while_starting == 0 and pooled.preprocessor._answering

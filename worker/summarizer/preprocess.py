@@ -162,8 +162,8 @@ def default_workers(device_type: str) -> int:
 
 
 class Preprocessor:
-    """`submit(record)` -> Future of `Prepared`; `summary_prose(record, facts, generated)` -> Future of
-    (text, NarrativeCheck). Thread-safe.
+    """`submit(record)` -> Future of `Prepared`; `summary_prose([(record, facts, generated), ...])` ->
+    Futures of (text, NarrativeCheck). Thread-safe.
 
     The pool's processes are spawned by the constructor, not at the first record: each takes seconds
     to import and unpickle its tokenizer, which the start-up sequence overlaps with loading the model
@@ -208,31 +208,35 @@ class Preprocessor:
     def submit(self, record: TelemetryRecord) -> concurrent.futures.Future:
         """Future of the record's `Prepared` (or of the exception that stopped it)."""
         if self._pool is not None and not self._prepare_here_while_starting():
-            return self._queue((_prepare_task, (record,)))
+            return self._queue([(_prepare_task, (record,))])[0]
         with self._heads_lock:
             return _done_here(lambda: _prepare_task(self._heads, record))
 
-    def summary_prose(self, record: TelemetryRecord, facts: Facts, generated: Generated) -> concurrent.futures.Future:
-        """Future of a finished record's (summary text, NarrativeCheck) (`summary_assembly.summary_prose`),
-        in a pool process once every process is up, else here."""
+    def summary_prose(self, finished: list[tuple[TelemetryRecord, Facts, Generated]]) -> list[concurrent.futures.Future]:
+        """Futures of finished records' (summary text, NarrativeCheck) (`summary_assembly.summary_prose`),
+        written in the pool's processes once every process is up (in batches of up to MAX_BATCH
+        spread over the free ones), else here."""
         if self._pool is not None and self._answering:
-            return self._queue((_prose_task, (record, facts, generated)))
-        return _done_here(lambda: _prose_task(self._heads, record, facts, generated))
+            return self._queue([(_prose_task, item) for item in finished])
+        return [_done_here(lambda item=item: _prose_task(self._heads, *item)) for item in finished]
 
-    def _queue(self, task: Task) -> concurrent.futures.Future:
-        future: concurrent.futures.Future = concurrent.futures.Future()
+    def _queue(self, tasks: list[Task]) -> list[concurrent.futures.Future]:
+        """Futures of `tasks`, queued together and sent in batches while processes are free."""
+        futures = [concurrent.futures.Future() for _ in tasks]
         with self._batch_lock:
             if self._closed:
                 raise RuntimeError("the preprocessor is closed")
-            self._waiting.append((task, future))
-        self._send()
-        return future
+            self._waiting.extend(zip(tasks, futures))
+        while self._send():
+            pass
+        return futures
 
-    def _send(self) -> None:
-        """Send what waits as one task while a process is free (the call queue may hold one more)."""
+    def _send(self) -> bool:
+        """Send what waits as one task while a process is free (the call queue may hold one more);
+        True when a task was sent."""
         with self._batch_lock:
             if not self._waiting or self._closed or self._tasks > self.workers:
-                return
+                return False
             batch, self._waiting = self._waiting[:MAX_BATCH], self._waiting[MAX_BATCH:]
             self._tasks += 1
             self.batches_sent += 1
@@ -243,8 +247,9 @@ class Preprocessor:
                 self._tasks -= 1
             for _, future in batch:
                 future.set_exception(exc)
-            return
+            return False
         task.add_done_callback(lambda t: self._answered(t, batch))
+        return True
 
     def _answered(self, task: concurrent.futures.Future, batch: list) -> None:
         """A batch's results onto its items' futures (on the executor's thread), then the next batch."""

@@ -2,8 +2,8 @@
 the exception that stopped it), which `Summarizer.poll` hands out.
 
 A record's sequence becomes its Summary here: its text and the check against its facts are sent to
-`prose` (the preprocessing pool, off this process's GIL) and the Summary is pushed when they come back,
-from the pool's thread, which wakes the poller. A long record's piece is stored, and once every piece
+`prose` (the preprocessing pool, off this process's GIL) when several finish together, and the Summary
+is pushed when they come back, from the pool's thread, which wakes the poller. A long record's piece is stored, and once every piece
 of its level is in, long_records plans the merge. It owns the sequences' owners (which request, which
 piece), the summaries being written and the results not yet polled, under its own lock.
 
@@ -33,16 +33,22 @@ _SHARED_SLICE_S = 0.01
 # Put into the finished queue when a result is pushed from another thread: a poller waiting on the
 # queue wakes and reads its box.
 _WAKE = object()
+# Summaries finished together that go to the pool as batches; fewer are written on the polling thread.
+# A pool task costs the serving process ~0.2-0.5 ms of Python whatever it carries, writing one summary
+# here 0.1-0.2 ms (bench/host_threads.py, bench/prose_overhead.py).
+POOL_PROSE_MIN = 4
 
 
 class ResultCollector:
     def __init__(self, finished: queue.SimpleQueue, *, model: str, decode: Callable[[list[int]], str],
                  level_done: Callable[[RecordRequest], None],
-                 prose: Callable[[TelemetryRecord, Facts, Generated], concurrent.futures.Future] | None = None,
+                 prose: Callable[[list[tuple[TelemetryRecord, Facts, Generated]]],
+                                 list[concurrent.futures.Future]] | None = None,
                  ) -> None:
         """finished: the engine's queue of finished sequences. level_done: called (outside the lock)
-        once every piece of a long record's level is summarised. prose: a future of a summary's
-        (text, NarrativeCheck) (`Preprocessor.summary_prose`); None: written on the polling thread."""
+        once every piece of a long record's level is summarised. prose: futures of summaries' (text,
+        NarrativeCheck) from [(record, facts, generated)] (`Preprocessor.summary_prose`); None: every
+        summary written on the polling thread."""
         self._finished = finished
         self._model, self._decode = model, decode
         self._level_done = level_done
@@ -126,13 +132,19 @@ class ResultCollector:
             seq = self._finished.get(timeout=timeout) if timeout > 0 else self._finished.get_nowait()
         except queue.Empty:
             return False
+        to_write: list[tuple[RecordRequest, Generated]] = []
         while True:
             if seq is not _WAKE:
-                self._on_finished(seq)
+                summary = self._on_finished(seq)
+                if summary is not None:
+                    to_write.append(summary)
             try:
                 seq = self._finished.get_nowait()
             except queue.Empty:
-                return True
+                break
+        if to_write:
+            self._write_summaries(to_write)
+        return True
 
     def push(self, request_id: Hashable, result: Summary | Exception) -> None:
         """`request_id`'s result (each request has one), into its caller's box."""
@@ -140,41 +152,46 @@ class ResultCollector:
             caller = self._routes.pop(request_id, None)
             self._results.setdefault(caller, collections.deque()).append((request_id, result))
 
-    def _on_finished(self, seq: Sequence) -> None:
+    def _on_finished(self, seq: Sequence) -> tuple[RecordRequest, Generated] | None:
+        """Account for one finished sequence; a record's whole summary is returned to be written."""
         with self._lock:
             req, piece = self._owners.pop(seq.seq_id)
             req.in_flight -= 1
         if req.failed:
-            return
+            return None
         if seq.status is SequenceStatus.FAILED:
             req.failed = True
             self.push(req.request_id, seq.error or RuntimeError("generation failed"))
-            return
+            return None
         req.count_sequence(seq)
         if piece < 0:
-            self._write_summary(req, Generated.of(seq))
-            return
+            return req, Generated.of(seq)
         req.pieces[piece] = finished_text(seq, self._decode).strip()
         if None in req.pieces:
-            return
+            return None
         self._level_done(req)  # the feeder plans and adds the merge
+        return None
 
-    def _write_summary(self, req: RecordRequest, generated: Generated) -> None:
-        """Push `req`'s Summary once `prose` has written its text: now if it was written here, else from
-        the pool's thread, waking the poller."""
-        if self._prose is None:
-            self._push_summary(req, generated, None)
+    def _write_summaries(self, finished: list[tuple[RecordRequest, Generated]]) -> None:
+        """Push each request's Summary once its text is written: by `prose` when there are at least
+        POOL_PROSE_MIN of them (a pool task costs about as much as writing two here), pushed from the
+        pool's thread, which wakes the poller; else here, now."""
+        if self._prose is None or len(finished) < POOL_PROSE_MIN:
+            for req, generated in finished:
+                self._push_summary(req, generated, None)
             return
         with self._lock:
-            self._writing += 1
+            self._writing += len(finished)
         try:
-            future = self._prose(req.record, req.facts, generated)
+            futures = self._prose([(req.record, req.facts, generated) for req, generated in finished])
         except Exception:  # noqa: BLE001 - the pool closed: written here instead
-            future = None
-        if future is None or future.done():
-            self._summary_written(req, generated, future, wake=False)
-        else:
-            future.add_done_callback(lambda f: self._summary_written(req, generated, f, wake=True))
+            futures = [None] * len(finished)
+        for (req, generated), future in zip(finished, futures):
+            if future is None or future.done():
+                self._summary_written(req, generated, future, wake=False)
+            else:
+                future.add_done_callback(lambda f, req=req, generated=generated:
+                                         self._summary_written(req, generated, f, wake=True))
 
     def _summary_written(self, req: RecordRequest, generated: Generated,
                          future: concurrent.futures.Future | None, *, wake: bool) -> None:
