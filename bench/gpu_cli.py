@@ -164,19 +164,26 @@ def steady(runs: dict) -> float | None:
 
 
 def chart(files: list[Path], out: Path) -> None:
-    """Bars of each result's steady rates, the process's beside the in-process Summarizer's, by label."""
+    """Bars of each result's steady rates, the process's beside the in-process Summarizer's (and its
+    engine alone's, where run), by label."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     results = [json.loads(f.read_text()) for f in files]
+    for r in results:  # --engine-alone's rate, beside the others
+        r["engine_alone_steady_records_per_s"] = r.get("in_process", {}).get("engine_alone", {}).get(
+            "steady_records_per_s")
     fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(results)), 4))
-    for offset, (key, name) in enumerate((("cli_steady_records_per_s", "telesum summarize"),
-                                          ("in_process_steady_records_per_s", "Summarizer in one process"))):
+    kinds = [(key, name) for key, name in (("cli_steady_records_per_s", "telesum summarize"),
+                                           ("in_process_steady_records_per_s", "Summarizer in one process"),
+                                           ("engine_alone_steady_records_per_s", "its engine alone"))
+             if any(r.get(key) is not None for r in results)]
+    width = 0.8 / len(kinds)
+    for offset, (key, name) in enumerate(kinds):
         ran = [i for i, r in enumerate(results) if r.get(key) is not None]  # in-process-only runs have no CLI bar
-        if not ran:
-            continue
-        bars = ax.bar([i + (offset - 0.5) * 0.38 for i in ran], [results[i][key] for i in ran], width=0.38, label=name)
+        bars = ax.bar([i + (offset - (len(kinds) - 1) / 2) * width for i in ran], [results[i][key] for i in ran],
+                      width=width, label=name)
         ax.bar_label(bars, fmt="%.0f", fontsize=7)
     ax.set_xticks(range(len(results)), [f"{r['label'].replace('_', ' ')}\n{r.get('shape', 'smollm2')}, "
                                         f"{r['new_tokens']} tokens" for r in results], fontsize=7)
