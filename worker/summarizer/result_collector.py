@@ -2,10 +2,11 @@
 the exception that stopped it), which `Summarizer.poll` hands out.
 
 A record's sequence becomes its Summary here: its text and the check against its facts are sent to
-`prose` (the preprocessing pool, off this process's GIL) when several finish together, and the Summary
-is pushed when they come back, from the pool's thread, which wakes the poller. A long record's piece is stored, and once every piece
-of its level is in, long_records plans the merge. It owns the sequences' owners (which request, which
-piece), the summaries being written and the results not yet polled, under its own lock.
+`prose` (the preprocessing pool, off this process's GIL) when several finish together, and the
+Summary is pushed when they come back, from the pool's thread, which wakes the poller. A long
+record's piece is stored, and once every piece of its level is in, long_records plans the merge. It
+owns the sequences' owners (which request, which piece), the summaries being written and the results
+not yet polled, under its own lock.
 
 Results are kept per caller: a request routed to a caller (`route`, done by `Summarizer.submit(...,
 caller=...)`) is handed out only by `poll(..., caller=that one)`, the others by `poll` with no caller.

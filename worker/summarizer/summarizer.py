@@ -133,7 +133,8 @@ class Summarizer:
         self._closing = False
         self._num_pending = 0  # submitted records not yet handed to the engine (or failed)
         self.results = ResultCollector(self.engine.finished, model=loaded.name, decode=self._decode,
-                                       level_done=self._level_done, prose=self.preprocessor.summary_prose)
+                                       level_done=self._level_done,
+                                       prose=self.preprocessor.summary_prose if self.preprocessor.workers else None)
         self.long_records = LongRecords(
             tokenizer=self.tokenizer, tokenize=self.tokenize,
             max_prompt_tokens=self.max_context - self.params.max_new_tokens,
