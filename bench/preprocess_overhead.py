@@ -75,23 +75,29 @@ def main() -> None:
 
 
 def chart(res: dict, path: Path) -> None:
+    names = list(res["runs"])
+    patterns = list(next(iter(res["runs"].values())))
+    paired_bars(patterns, {name: [res["runs"][name][p]["parent_cpu_ms_per_record"] for p in patterns] for name in names},
+                f"Preprocessing pool's cost to the serving process ({res['workers']} processes, {res['date']})",
+                path, figsize=(7, 3.6))
+
+
+def paired_bars(groups: list[str], series: dict[str, list[float]], title: str, path: Path,
+                figsize: tuple[float, float]) -> None:
+    """Two series of the serving process's CPU per record, side by side for each group, to `path`."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = list(res["runs"])
-    patterns = list(next(iter(res["runs"].values())))
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    fig, ax = plt.subplots(figsize=figsize)
     width = 0.38
-    for i, name in enumerate(names):
-        values = [res["runs"][name][p]["parent_cpu_ms_per_record"] for p in patterns]
-        bars = ax.bar([x + i * width for x in range(len(patterns))], values, width, label=name)
+    for i, (name, values) in enumerate(series.items()):
+        bars = ax.bar([x + i * width for x in range(len(groups))], values, width, label=name)
         ax.bar_label(bars, fmt="%.3f")
-    ax.set_xticks([x + width / 2 for x in range(len(patterns))], patterns)
+    ax.set_xticks([x + width / 2 for x in range(len(groups))], groups)
     ax.set_ylabel("serving process CPU, ms per record")
-    ax.set_title(f"Preprocessing pool's cost to the serving process ({res['workers']} processes, {res['date']})",
-                 fontsize=9)
+    ax.set_title(title, fontsize=9)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -20,14 +20,12 @@ import argparse
 import json
 import queue
 import random
-import resource
 import sys
 import time
 from pathlib import Path
 
-def cpu_s() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from preprocess_overhead import cpu_s, paired_bars  # noqa: E402  (the serving process's CPU, the chart)
 
 
 def finished_sequences(tokenizer, records, facts, kind: str, stop: tuple[str, ...], tokens: int) -> list:
@@ -117,26 +115,12 @@ def main() -> None:
 
 
 def chart(res: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     kinds = list(res["runs"])
     names = list(res["runs"][kinds[0]])
-    fig, ax = plt.subplots(figsize=(7.5, 3.8))
-    width = 0.38
-    for i, name in enumerate(names):
-        values = [res["runs"][k][name]["process_cpu_ms_per_record"] for k in kinds]
-        bars = ax.bar([x + i * width for x in range(len(kinds))], values, width, label=name)
-        ax.bar_label(bars, fmt="%.3f")
-    ax.set_xticks([x + width / 2 for x in range(len(kinds))], [f"{k}, {res['generated_tokens']} tokens" for k in kinds])
-    ax.set_ylabel("serving process CPU, ms per record")
-    ax.set_title(f"A finished record's summary text and facts check ({res['records']} records at once, {res['date']})",
-                 fontsize=9)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    paired_bars([f"{k}, {res['generated_tokens']} tokens" for k in kinds],
+                {name: [res["runs"][k][name]["process_cpu_ms_per_record"] for k in kinds] for name in names},
+                f"A finished record's summary text and facts check ({res['records']} records at once, {res['date']})",
+                path, figsize=(7.5, 3.8))
 
 
 if __name__ == "__main__":
