@@ -17,7 +17,8 @@ head is fetched from memory about once per step and served to the others from L2
 
 FP8 tapes (`kv_fp8.Fp8Tape`): the same kernel reads each row's e4m3 codes and applies its per-head
 scales to the scores (K) and to the probabilities (V), so a step reads half the bytes; measured, it
-is no faster than over bf16 (1.0-1.6 TB/s against 2.4-2.8 on an H100, bench/NOTES.md 2026-12-06).
+is no faster than over bf16 (1.0-1.6 TB/s against 2.2-2.8 on an H100; bench/NOTES.md 2026-12-06, and
+2026-12-08 for a version with fp16 dots and no byte loads, not kept).
 """
 
 from __future__ import annotations
