@@ -167,44 +167,33 @@ def test_fp8_kernels_write_the_reference_bytes_and_attend_as_exact_attention_ove
     assert len(done.stdout.strip().splitlines()) == 2, done.stdout
 
 
-# bf16 queries, as the engine runs them on a GPU. The interpreter's checks above use fp32 ones: Triton's
-# interpreter converts e4m3 to bf16 wrongly (errors of ~1e8 with bf16 queries on CPU), so this runs on
-# CUDA only. V heads of small values (amplitude 1e-4, scales ~1e-6) check that V's scales, applied to
-# the probabilities, keep their precision in the dots' dtype: a kernel with fp16 dots (bench/NOTES.md,
-# 2026-12-08) that folded them in unnormalised put them among fp16's subnormals, 5-6 % off.
-_BF16_QUERIES_CHECK = textwrap.dedent("""
-    import torch
-    from worker.model.attention import AttentionMetadata, SdpaBackend
-    from worker.model.decode_attention import decode_attention
-    from worker.model.kv_fp8 import Fp8Layout, Fp8Tape, pack, quantize_heads, unpack
-
-    device = "cuda"
-    torch.manual_seed(0)
-    for heads, kv_heads, dim, v_amplitude in ((9, 3, 64, 1.0), (9, 3, 64, 1e-4), (28, 4, 128, 1e-4)):
-        layout = Fp8Layout(kv_heads, dim)
-        k_src, v_src = torch.randn(700, kv_heads, dim) * 3, torch.randn(700, kv_heads, dim) * v_amplitude
-        k_full, v_full = (pack(*quantize_heads(t), layout).to(device) for t in (k_src, v_src))
-        k_deq, v_deq = (unpack(t.cpu(), layout, torch.float32) for t in (k_full, v_full))
-        starts = torch.tensor([0, 200, 450, 600], dtype=torch.int32)
-        used = torch.tensor([150, 1, 130, 70], dtype=torch.int32)
-        q = torch.randn(4, heads, dim).bfloat16()
-        out = decode_attention(q.to(device), Fp8Tape(k_full, layout), Fp8Tape(v_full, layout), starts.to(device),
-                               used.to(device), dim ** -0.5)
-        meta = AttentionMetadata(cu_seqlens_q=torch.arange(5, dtype=torch.int32), max_seqlen_q=1,
-                                 slab_starts=starts, seqused_k=used, max_seqlen_k=int(used.max()),
-                                 slot_mapping=torch.zeros(4, dtype=torch.long), is_prefill_from_zero=False)
-        ref = SdpaBackend()._decode(q.float(), k_deq, v_deq, meta, dim ** -0.5)
-        err = float((out.cpu().float() - ref).norm() / ref.norm())
-        print(heads, dim, v_amplitude, err)
-        assert out.dtype == torch.bfloat16 and err < 0.01, (heads, dim, v_amplitude, err)
-""")
-
-
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled kernel runs on a GPU")
 def test_the_gpu_decode_kernel_over_an_fp8_tape_with_bf16_queries_keeps_small_values_precise():
-    done = subprocess.run([sys.executable, "-c", _BF16_QUERIES_CHECK], capture_output=True, text=True, timeout=400)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert len(done.stdout.strip().splitlines()) == 3, done.stdout
+    """bf16 queries, as the engine runs them (the interpreter's checks above use fp32 ones: Triton's
+    interpreter converts e4m3 to bf16 wrongly, ~1e8 off with bf16 queries on CPU). V heads of small
+    values (amplitude 1e-4, scales ~1e-6) check that V's scales, applied to the probabilities, keep
+    their precision in the dots' dtype: a kernel with fp16 dots (bench/NOTES.md, 2026-12-08) that
+    folded them in unnormalised put them among fp16's subnormals, 5-6 % off."""
+    from worker.model.attention import AttentionMetadata, SdpaBackend
+    from worker.model.decode_attention import decode_attention
+
+    torch.manual_seed(0)
+    starts = torch.tensor([0, 200, 450, 600], dtype=torch.int32)
+    used = torch.tensor([150, 1, 130, 70], dtype=torch.int32)
+    meta = AttentionMetadata(cu_seqlens_q=torch.arange(5, dtype=torch.int32), max_seqlen_q=1, slab_starts=starts,
+                             seqused_k=used, max_seqlen_k=int(used.max()),
+                             slot_mapping=torch.zeros(4, dtype=torch.long), is_prefill_from_zero=False)
+    for heads, kv_heads, dim, v_amplitude in ((9, 3, 64, 1.0), (9, 3, 64, 1e-4), (28, 4, 128, 1e-4)):
+        layout = Fp8Layout(kv_heads, dim)
+        k_full, v_full = (pack(*quantize_heads(t), layout)
+                          for t in (torch.randn(700, kv_heads, dim) * 3, torch.randn(700, kv_heads, dim) * v_amplitude))
+        q = torch.randn(4, heads, dim).bfloat16()
+        out = decode_attention(q.cuda(), Fp8Tape(k_full.cuda(), layout), Fp8Tape(v_full.cuda(), layout),
+                               starts.cuda(), used.cuda(), dim ** -0.5)
+        ref = SdpaBackend()._decode(q.float(), unpack(k_full, layout, torch.float32),
+                                    unpack(v_full, layout, torch.float32), meta, dim ** -0.5)
+        err = float((out.cpu().float() - ref).norm() / ref.norm())
+        assert out.dtype == torch.bfloat16 and err < 0.01, (heads, dim, v_amplitude, err)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the write kernel's own rounding needs a GPU")
